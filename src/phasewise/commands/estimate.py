@@ -1,0 +1,72 @@
+"""`phasewise estimate`: per-phase FLOPs, bytes, bound, TTFT, TPOT, memory fit."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+import typer
+
+from phasewise.commands._app import app, check_format, console, echo, ints, split_list
+
+DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_HARDWARE = "h100-sxm"
+
+
+@app.command()
+def estimate(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
+                              help="Catalog name, path to a config.json or its folder, or a Hugging "
+                                   "Face repo id in the local cache. Comma list sweeps."),
+    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H",
+                                 help="Catalog device or path to a TOML sheet. Comma list sweeps."),
+    isl: str = typer.Option("2048", "--isl", help="Input (prompt) tokens per request."),
+    osl: str = typer.Option("256", "--osl", help="Output tokens per request."),
+    batch_size: str = typer.Option("1", "--batch-size", "-b", help="Requests in the batch."),
+    weight_dtype: str = typer.Option("bf16", "--weight-dtype",
+                                     help="bf16, fp16, fp8, int8, int4, fp4 or a GGUF type (Q4_K_M…)."),
+    act_dtype: str = typer.Option("bf16", "--act-dtype", help="Activation format."),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache format."),
+    tp: str = typer.Option("1", "--tp", help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
+    cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the headline numbers "
+                                       "(the speed-of-light floor is always shown)."),
+    detail: bool = typer.Option(False, "--detail", help="Print the per-operator ledger."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
+) -> None:
+    """Estimate prefill and decode for one model on one device (comma lists sweep)."""
+    from phasewise.cost.registry import DEFAULT_COST_MODEL
+    from phasewise.estimate import estimate as run_estimate
+    from phasewise.report.estimate_view import estimate_row, estimate_table, sweep_table
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.specs import Parallelism, Precision, Workload
+
+    check_format(fmt)
+    precision = Precision(weight_dtype, act_dtype, kv_dtype)
+    grid = itertools.product(split_list(model, "--model", str),
+                             split_list(hardware, "--hardware", str), ints(isl, "--isl"),
+                             ints(osl, "--osl"), ints(batch_size, "--batch-size"), ints(tp, "--tp"))
+    results = [
+        run_estimate(m, h, Workload(i, o, b), precision, Parallelism(t, pp, ep),
+                     cost=cost or DEFAULT_COST_MODEL, detail=detail)
+        for m, h, i, o, b, t in grid
+    ]
+    if fmt == "json":
+        docs = [r.model_dump(mode="json") for r in results]
+        echo(to_json(docs[0] if len(docs) == 1 else _sweep_document(docs)))
+    elif fmt == "csv":
+        echo(rows_to_csv(estimate_row(r) for r in results))
+    elif fmt == "md":
+        echo(rows_to_markdown(estimate_row(r) for r in results))
+    elif len(results) == 1:
+        console().print(estimate_table(results[0]))
+    else:
+        console().print(sweep_table(results))
+
+
+def _sweep_document(docs: list[dict]) -> dict:
+    from phasewise import __version__
+    from phasewise.estimate import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "estimates": docs}

@@ -1,0 +1,14 @@
+"""Errors a user can cause. The CLI turns these into one line and exit code 2."""
+
+
+class InputError(ValueError):
+    """Bad input: the message says what is wrong and how to fix it, in one line."""
+
+
+def nearest_hint(name: str, known: list[str], *, limit: int = 3) -> str:
+    """' Did you mean a, b?' for the closest known names, or '' when none is close."""
+    import difflib
+
+    lowered = {k.lower(): k for k in known}
+    near = difflib.get_close_matches(name.lower(), list(lowered), n=limit, cutoff=0.5)
+    return f" Did you mean {', '.join(lowered[n] for n in near)}?" if near else ""

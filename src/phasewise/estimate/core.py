@@ -1,0 +1,175 @@
+"""Phase-level answers: price the prefill step and the decode steps, then size memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phasewise import __version__
+from phasewise.catalog import load_hardware, load_model
+from phasewise.cost import CostModel, SpeedOfLight, StepTiming
+from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
+from phasewise.estimate.types import (Estimate, HardwareSummary, Inputs, MemoryReport,
+                                      ModelSummary, OpRow, PhaseReport)
+from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_ledger,
+                              kv_cache_bytes_per_device, param_counts, weight_bytes_per_device)
+from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+
+# Share of device memory an engine leaves for the runtime (CUDA context, allocator slack,
+# graphs): vLLM's default gpu_memory_utilization is 0.9. macOS lets the GPU wire about 75%
+# of unified memory (Metal's recommendedMaxWorkingSetSize), so Apple devices keep 25% back.
+RUNTIME_RESERVE_FRACTION = {"apple_gpu": 0.25, "cpu": 0.10}
+DEFAULT_RESERVE_FRACTION = 0.10
+# Engines prefill in chunks; vLLM's default max_num_batched_tokens with chunked prefill is
+# 8192, which bounds the transient activations of one step.
+PREFILL_CHUNK_TOKENS = 8192
+ATTENTION_OPS = ("attn.score",)
+
+_SOL = SpeedOfLight()
+
+
+@dataclass(frozen=True, slots=True)
+class _Priced:
+    ledger: Ledger
+    expected: StepTiming
+    floor: StepTiming
+
+
+def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | str = "h100-sxm",
+             workload: Workload = Workload(), precision: Precision = Precision(),
+             parallelism: Parallelism = Parallelism(), *, cost: str | CostModel = DEFAULT_COST_MODEL,
+             detail: bool = False) -> Estimate:
+    """TTFT, TPOT, throughput and memory for ``workload`` on ``parallelism.devices`` devices.
+
+    Prefill is one step of ``batch_size`` prompts; decode is priced at the first, middle and
+    last context and averaged with Simpson's rule (exact while step time is piecewise
+    linear in the context, as it is here).
+    """
+    spec = load_model(model) if isinstance(model, str) else model
+    device = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    cost_model = cost_model_for(cost, device) if isinstance(cost, str) else cost
+    device.peak_flops(precision.math_format)  # a clear error when the format is missing
+    b, isl, osl = workload.batch_size, workload.isl, workload.osl
+
+    prefill = _price(spec, Step.prefill(isl, batch=b), precision, parallelism, device, cost_model)
+    first, last = isl, isl + max(osl - 2, 0)
+    decodes = [_price(spec, Step.decode(b, c), precision, parallelism, device, cost_model)
+               for c in (first, (first + last) // 2, last)]
+    pre = _phase_report("prefill", f"pp{isl}", b * isl, [prefill], device, precision)
+    dec = _phase_report("decode", f"tg{osl}", b, decodes, device, precision, simpson=True)
+
+    counts = param_counts(spec, kv_bytes=precision.kv_bytes)
+    e2el = pre.time_s + (osl - 1) * dec.time_s
+    tokens_per_s = b * osl / e2el
+    price = device.price_usd_per_hour
+    return Estimate(
+        tool_version=__version__,
+        inputs=Inputs(model=spec.name, hardware=device.name, isl=isl, osl=osl, batch_size=b,
+                      weight_dtype=precision.weights, act_dtype=precision.activations,
+                      kv_dtype=precision.kv_cache, tp=parallelism.tp, pp=parallelism.pp,
+                      ep=parallelism.ep, cost_model=cost_model.name),
+        model=ModelSummary(name=spec.name, params_total=counts.total, params_active=counts.active,
+                           kv_bytes_per_token=counts.kv_bytes_per_token, layers=spec.num_layers,
+                           max_context=spec.max_context),
+        hardware=_hardware_summary(device, precision, parallelism),
+        prefill=pre, decode=dec,
+        ttft_s=pre.time_s, tpot_s=dec.time_s, e2el_s=e2el, tokens_per_s=tokens_per_s,
+        prefill_tokens_per_s=pre.tokens_per_s, decode_tokens_per_s=dec.tokens_per_s,
+        tokens_per_s_per_user=1.0 / dec.time_s,
+        tokens_per_s_per_gpu=tokens_per_s / parallelism.devices,
+        usd_per_million_output_tokens=(price * parallelism.devices / 3600 / tokens_per_s * 1e6
+                                       if price else None),
+        memory=memory_report(spec, device, workload, precision, parallelism),
+        warnings=_warnings(spec, workload),
+        ops=_op_rows(prefill, decodes[1]) if detail else None,
+    )
+
+
+def _price(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,
+           device: HardwareSpec, cost_model: CostModel) -> _Priced:
+    ledger = build_ledger(model, step, precision, par)
+    floor = _SOL.step_time(ledger, device)
+    expected = floor if cost_model.name == _SOL.name else cost_model.step_time(ledger, device)
+    return _Priced(ledger, expected, floor)
+
+
+def _phase_report(phase: str, label: str, tokens: int, priced: list[_Priced],
+                  device: HardwareSpec, precision: Precision, *, simpson: bool = False) -> PhaseReport:
+    weights = (1 / 6, 4 / 6, 1 / 6) if simpson else (1.0,)
+
+    def mean(get) -> float:  # noqa: ANN001 - a small accessor
+        return sum(w * get(p) for w, p in zip(weights, priced))
+
+    time_s = mean(lambda p: p.expected.total.time_s)
+    flops = mean(lambda p: p.ledger.flops)
+    memory_bytes = mean(lambda p: p.ledger.memory_bytes)
+    by_class = {c: mean(lambda p, c=c: p.ledger.bytes(c)) for c in priced[0].ledger.bytes_by_class}
+    attention_s = mean(lambda p: sum(t.time_s for op, t in p.expected.ops
+                                     if op.name in ATTENTION_OPS))
+    peak = device.peak_flops(precision.math_format)
+    middle = priced[len(priced) // 2]
+    return PhaseReport(
+        phase=phase, label=label, tokens_per_step=tokens, flops=flops, bytes=by_class,
+        memory_bytes=memory_bytes,
+        arithmetic_intensity=flops / memory_bytes if memory_bytes else 0.0,
+        ridge_point=device.ridge_point(precision.math_format),
+        bound=middle.expected.total.bound,
+        time_s=time_s, sol_time_s=mean(lambda p: p.floor.total.time_s),
+        compute_s=mean(lambda p: p.floor.total.compute_s),
+        memory_s=mean(lambda p: p.floor.total.memory_s),
+        network_s=mean(lambda p: p.floor.total.network_s),
+        tokens_per_s=tokens / time_s,
+        mfu=flops / time_s / peak,
+        mbu=memory_bytes / time_s / device.memory_bandwidth_bytes_per_s,
+        attention_share=attention_s / time_s,
+    )
+
+
+def _hardware_summary(device: HardwareSpec, precision: Precision, par: Parallelism) -> HardwareSummary:
+    fmt = precision.math_format
+    return HardwareSummary(
+        name=device.name, display_name=device.display_name, device_class=device.device_class,
+        math_format=fmt, peak_flops_per_s=device.peak_flops(fmt),
+        memory_bandwidth_bytes_per_s=device.memory_bandwidth_bytes_per_s,
+        memory_bytes=device.memory_bytes, ridge_point=device.ridge_point(fmt),
+        devices=par.devices, price_usd_per_hour=device.price_usd_per_hour)
+
+
+def reserve_bytes(device: HardwareSpec) -> float:
+    return RUNTIME_RESERVE_FRACTION.get(device.device_class, DEFAULT_RESERVE_FRACTION) * device.memory_bytes
+
+
+def memory_report(model: ModelSpec, device: HardwareSpec, workload: Workload,
+                  precision: Precision, par: Parallelism) -> MemoryReport:
+    """Per-device footprint at the largest context, and the largest batch that fits."""
+    b, context = workload.batch_size, workload.max_context
+    weights = weight_bytes_per_device(model, precision, par)
+    kv_per_seq = kv_cache_bytes_per_device(model, precision, par, sequences=1,
+                                           context_tokens=context)
+    activations = activation_bytes_per_device(
+        model, precision, par, tokens=min(b * workload.isl, PREFILL_CHUNK_TOKENS), logit_tokens=b)
+    reserve = reserve_bytes(device)
+    total = weights + b * kv_per_seq + activations + reserve
+    room = device.memory_bytes - weights - activations - reserve
+    return MemoryReport(
+        weights_bytes=weights, kv_cache_bytes=b * kv_per_seq, activations_bytes=activations,
+        reserve_bytes=reserve, total_bytes=total, capacity_bytes=device.memory_bytes,
+        fits=total <= device.memory_bytes, shortfall_bytes=max(0.0, total - device.memory_bytes),
+        max_batch_size=max(0, int(room // kv_per_seq)) if kv_per_seq else 0)
+
+
+def _warnings(model: ModelSpec, workload: Workload) -> list[str]:
+    if workload.max_context > model.max_context:
+        return [f"context {workload.max_context:,} tokens exceeds {model.name}'s maximum of "
+                f"{model.max_context:,}; the arithmetic still holds, the model may not."]
+    return []
+
+
+def _op_rows(prefill: _Priced, decode: _Priced) -> list[OpRow]:
+    rows = []
+    for phase, priced in (("prefill", prefill), ("decode", decode)):
+        for (op, expected), (_, floor) in zip(priced.expected.ops, priced.floor.ops):
+            rows.append(OpRow(phase=phase, name=op.name, kind=op.kind, layers=op.layers,
+                              flops=op.flops, bytes=op.bytes_by_class,
+                              arithmetic_intensity=op.arithmetic_intensity, bound=expected.bound,
+                              time_s=expected.time_s, sol_time_s=floor.time_s))
+    return rows

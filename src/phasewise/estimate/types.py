@@ -1,0 +1,120 @@
+"""Typed results of an estimate: what the CLI renders and the JSON document carries."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Inputs(_Frozen):
+    """The fully resolved inputs, so a JSON document can be re-run as it stands."""
+
+    model: str
+    hardware: str
+    isl: int
+    osl: int
+    batch_size: int
+    weight_dtype: str
+    act_dtype: str
+    kv_dtype: str
+    tp: int
+    pp: int
+    ep: int
+    cost_model: str
+
+
+class ModelSummary(_Frozen):
+    name: str
+    params_total: float
+    params_active: float
+    kv_bytes_per_token: float
+    layers: int
+    max_context: int
+
+
+class HardwareSummary(_Frozen):
+    name: str
+    display_name: str
+    device_class: str
+    math_format: str
+    peak_flops_per_s: float
+    memory_bandwidth_bytes_per_s: float
+    memory_bytes: float
+    ridge_point: float  # FLOP per byte
+    devices: int
+    price_usd_per_hour: float | None
+
+
+class PhaseReport(_Frozen):
+    """One phase: prefill (the whole prompt batch in one step) or decode (the average step)."""
+
+    phase: str
+    label: str  # llama-bench style: pp2048, tg256
+    tokens_per_step: int
+    flops: float
+    bytes: dict[str, float]  # by class: weights, kv_read, kv_write, activations, network
+    memory_bytes: float
+    arithmetic_intensity: float
+    ridge_point: float
+    bound: str
+    time_s: float  # from the headline cost model
+    sol_time_s: float  # speed-of-light floor
+    compute_s: float  # speed-of-light parts
+    memory_s: float
+    network_s: float
+    tokens_per_s: float
+    mfu: float
+    mbu: float
+    attention_share: float  # of time_s: attention kernels and KV traffic
+
+
+class MemoryReport(_Frozen):
+    weights_bytes: float
+    kv_cache_bytes: float
+    activations_bytes: float
+    reserve_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    fits: bool
+    shortfall_bytes: float
+    max_batch_size: int  # largest batch whose KV cache fits at this context
+
+
+class OpRow(_Frozen):
+    phase: str
+    name: str
+    kind: str
+    layers: str
+    flops: float
+    bytes: dict[str, float]
+    arithmetic_intensity: float
+    bound: str
+    time_s: float
+    sol_time_s: float
+
+
+class Estimate(_Frozen):
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str
+    inputs: Inputs
+    model: ModelSummary
+    hardware: HardwareSummary
+    prefill: PhaseReport
+    decode: PhaseReport
+    ttft_s: float
+    tpot_s: float
+    e2el_s: float
+    tokens_per_s: float  # output tokens per second over the whole request batch
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    tokens_per_s_per_user: float
+    tokens_per_s_per_gpu: float
+    usd_per_million_output_tokens: float | None
+    memory: MemoryReport
+    warnings: list[str] = []
+    ops: list[OpRow] | None = None

@@ -1,0 +1,81 @@
+"""Operators and the ledger of one step: FLOPs and bytes by class, per device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from phasewise.ledger.step import Step
+
+BYTE_CLASSES = ("weights", "kv_read", "kv_write", "activations", "network")
+OP_KINDS = ("gemm", "attention", "elementwise", "communication")
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator, summed over the ``calls`` layers it runs in, on one device.
+
+    For a GEMM, (m, n, k) is the shape of one call: (m×k)·(k×n), m the tokens.
+    ``hops`` counts the latency-bound message rounds of a collective.
+    """
+
+    name: str
+    kind: str
+    layers: str
+    calls: int
+    flops: float
+    weights: float = 0.0
+    kv_read: float = 0.0
+    kv_write: float = 0.0
+    activations: float = 0.0
+    network: float = 0.0
+    m: float = 0.0
+    n: float = 0.0
+    k: float = 0.0
+    hops: int = 0
+
+    @property
+    def memory_bytes(self) -> float:
+        """Bytes moved to and from device memory (everything but the network)."""
+        return self.weights + self.kv_read + self.kv_write + self.activations
+
+    @property
+    def bytes_by_class(self) -> dict[str, float]:
+        return {c: getattr(self, c) for c in BYTE_CLASSES}
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOP per byte of memory traffic (0 for pure communication)."""
+        return self.flops / self.memory_bytes if self.memory_bytes else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """The operators one device runs for one step, with the step and formats they assume."""
+
+    step: Step
+    ops: tuple[Op, ...]
+    math_format: str
+    devices: int = 1
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.ops)
+
+    def bytes(self, byte_class: str) -> float:
+        return sum(getattr(op, byte_class) for op in self.ops)
+
+    @property
+    def bytes_by_class(self) -> dict[str, float]:
+        return {c: self.bytes(c) for c in BYTE_CLASSES}
+
+    @property
+    def memory_bytes(self) -> float:
+        return sum(op.memory_bytes for op in self.ops)
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.memory_bytes if self.memory_bytes else 0.0
+
+    def select(self, *prefixes: str) -> tuple[Op, ...]:
+        return tuple(op for op in self.ops if op.name.startswith(prefixes))

@@ -1,0 +1,1 @@
+"""Rendering only: terminal tables, JSON, CSV, Markdown, plots. No arithmetic."""

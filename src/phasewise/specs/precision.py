@@ -1,0 +1,137 @@
+"""Number formats and the per-class precision of a run (weights, activations, KV cache).
+
+A format has a storage size in bits per element *including* its block scales, and a math
+format: the peak FLOP/s column of a hardware sheet that a matmul in this format runs at.
+Weight-only formats (int4, the GGUF block formats) are dequantized into the activation
+format, so their math format is the activation's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phasewise.errors import InputError, nearest_hint
+
+
+@dataclass(frozen=True, slots=True)
+class NumberFormat:
+    name: str
+    bits_per_element: float
+    math_format: str | None  # None: weight-only storage, computed in the activation format
+    source: str
+
+    @property
+    def bytes_per_element(self) -> float:
+        return self.bits_per_element / 8
+
+
+_GGML_BLOCKS = (
+    "ggml block layouts (ggml/src/ggml-common.h): bytes per block of 32 (or 256 for k-quants) "
+    "weights including fp16 scales and mins"
+)
+_LLAMA_BENCH_MIX = (
+    "mixture of k-quant tensor types chosen by llama.cpp's quantize; average bits per weight "
+    "from llama-bench's reported size for Llama-3-8B (8.03 B params): {gib} GiB"
+)
+
+FORMATS: dict[str, NumberFormat] = {
+    f.name: f
+    for f in (
+        NumberFormat("fp32", 32, "fp32", "IEEE 754 binary32"),
+        NumberFormat("tf32", 32, "tf32", "stored as fp32; tensor-core math in tf32"),
+        NumberFormat("bf16", 16, "bf16", "bfloat16"),
+        NumberFormat("fp16", 16, "fp16", "IEEE 754 binary16"),
+        NumberFormat("fp8", 8, "fp8", "OCP FP8 (e4m3/e5m2); per-tensor scales negligible"),
+        NumberFormat("int8", 8, "int8", "8-bit integer; per-channel scales negligible"),
+        NumberFormat("fp4", 4.25, "fp4", "MXFP4: 32 e2m1 values share one 8-bit scale (OCP MX spec)"),
+        NumberFormat("nvfp4", 4.5, "fp4", "NVFP4: 16 e2m1 values share one fp8 scale"),
+        NumberFormat("int4", 4.125, None, "GPTQ/AWQ int4, group size 128 with an fp16 scale per group"),
+        # GGUF tensor types: real bits per weight including block scales.
+        NumberFormat("F32", 32, None, "GGUF F32"),
+        NumberFormat("F16", 16, None, "GGUF F16"),
+        NumberFormat("BF16", 16, None, "GGUF BF16"),
+        NumberFormat("Q8_0", 8.5, None, _GGML_BLOCKS + ": Q8_0 34 B / 32"),
+        NumberFormat("Q6_K", 6.5625, None, _GGML_BLOCKS + ": Q6_K 210 B / 256"),
+        NumberFormat("Q5_0", 5.5, None, _GGML_BLOCKS + ": Q5_0 22 B / 32"),
+        NumberFormat("Q5_1", 6.0, None, _GGML_BLOCKS + ": Q5_1 24 B / 32"),
+        NumberFormat("Q5_K", 5.5, None, _GGML_BLOCKS + ": Q5_K 176 B / 256"),
+        NumberFormat("Q4_0", 4.5, None, _GGML_BLOCKS + ": Q4_0 18 B / 32"),
+        NumberFormat("Q4_1", 5.0, None, _GGML_BLOCKS + ": Q4_1 20 B / 32"),
+        NumberFormat("Q4_K", 4.5, None, _GGML_BLOCKS + ": Q4_K 144 B / 256"),
+        NumberFormat("Q3_K", 3.4375, None, _GGML_BLOCKS + ": Q3_K 110 B / 256"),
+        NumberFormat("Q2_K", 2.625, None, _GGML_BLOCKS + ": Q2_K 84 B / 256"),
+        NumberFormat("Q8_K", 9.125, None, _GGML_BLOCKS + ": Q8_K 292 B / 256"),
+        NumberFormat("Q6_K_M", 6.57, None, _LLAMA_BENCH_MIX.format(gib=6.14)),
+        NumberFormat("Q5_K_M", 5.70, None, _LLAMA_BENCH_MIX.format(gib=5.33)),
+        NumberFormat("Q5_K_S", 5.52, None, _LLAMA_BENCH_MIX.format(gib=5.16)),
+        NumberFormat("Q4_K_M", 4.89, None, _LLAMA_BENCH_MIX.format(gib=4.58)),
+        NumberFormat("Q4_K_S", 4.67, None, _LLAMA_BENCH_MIX.format(gib=4.37)),
+        NumberFormat("Q3_K_M", 3.91, None, _LLAMA_BENCH_MIX.format(gib=3.66)),
+    )
+}
+
+_ALIASES = {
+    "float32": "fp32", "f32": "fp32", "float": "fp32",
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "f16": "F16",
+    "fp8_e4m3": "fp8", "e4m3": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8",
+    "mxfp4": "fp4", "w4a16": "int4", "awq": "int4", "gptq": "int4",
+}
+
+
+def number_format(name: str) -> NumberFormat:
+    """Look a format up by name, case-insensitively for the plain formats."""
+    if name in FORMATS:
+        return FORMATS[name]
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key in FORMATS:
+        return FORMATS[key]
+    upper = name.upper()
+    if upper in FORMATS:
+        return FORMATS[upper]
+    raise InputError(
+        f"unknown number format '{name}'.{nearest_hint(name, list(FORMATS))} "
+        f"Known: {', '.join(FORMATS)}."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """Formats per byte class: weights, activations and KV cache."""
+
+    weights: str = "bf16"
+    activations: str = "bf16"
+    kv_cache: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for field in ("weights", "activations", "kv_cache"):
+            canonical = number_format(getattr(self, field)).name
+            object.__setattr__(self, field, canonical)
+        if number_format(self.activations).math_format is None:
+            raise InputError(
+                f"activations cannot be stored in the weight-only format '{self.activations}'; "
+                "use bf16, fp16, fp32 or fp8 for --act-dtype."
+            )
+
+    @property
+    def weight_bytes(self) -> float:
+        return number_format(self.weights).bytes_per_element
+
+    @property
+    def activation_bytes(self) -> float:
+        return number_format(self.activations).bytes_per_element
+
+    @property
+    def kv_bytes(self) -> float:
+        return number_format(self.kv_cache).bytes_per_element
+
+    @property
+    def math_format(self) -> str:
+        """The peak-FLOP/s column GEMMs run at: fp8 only when weights and activations both are."""
+        weight_math = number_format(self.weights).math_format
+        act_math = number_format(self.activations).math_format
+        if weight_math in ("fp8", "int8", "fp4") and act_math == weight_math:
+            return weight_math
+        if act_math in ("fp8", "int8", "fp4") and weight_math != act_math:
+            # fp8 activations against 16-bit weights run at the wider format's rate.
+            return weight_math if weight_math in ("bf16", "fp16", "fp32") else "bf16"
+        return act_math  # type: ignore[return-value]
