@@ -16,6 +16,18 @@ TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "bloom", "gpt2", 
 UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
                      "deepseek_v2", "deepseek_v3", "phi3", "gpt_oss", "falcon"}
 
+# transformers' config-class defaults for keys a published config.json may omit because
+# they equal the default (Gemma-3's text_config leaves out vocab, heads and window).
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {  # transformers Gemma3TextConfig.__init__ defaults
+        "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+        "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "head_dim": 256, "max_position_embeddings": 131_072, "rope_theta": 1_000_000.0,
+        "sliding_window": 4096, "sliding_window_pattern": 6, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh",
+    },
+}
+
 _KEYS = {
     "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model", "dim"),
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
@@ -47,11 +59,16 @@ def flatten_text_config(raw: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def with_class_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
+    defaults = CLASS_DEFAULTS.get(str(cfg.get("model_type", "")))
+    return {**defaults, **cfg} if defaults else cfg
+
+
 def model_from_config(raw: dict[str, Any], name: str) -> ModelSpec:
     """Normalise a published config.json into a ``ModelSpec``."""
     if not isinstance(raw, dict):
         raise InputError(f"{name}: config.json must be a JSON object.")
-    cfg = flatten_text_config(raw)
+    cfg = with_class_defaults(flatten_text_config(raw))
     model_type = str(cfg.get("model_type", ""))
     hidden = _first(cfg, "hidden_size")
     layers = _first(cfg, "num_layers")
