@@ -2,12 +2,7 @@
 
 __version__ = "0.1.0"
 
-
-def estimate(*args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - re-exported lazily
-    """See ``phasewise.estimate.core.estimate``."""
-    from phasewise.estimate.core import estimate as _estimate
-
-    return _estimate(*args, **kwargs)
-
+# Bound after the subpackage import, so `phasewise.estimate` is the function.
+from phasewise.estimate.core import estimate  # noqa: E402
 
 __all__ = ["__version__", "estimate"]

@@ -1,0 +1,3 @@
+from phasewise.cli import main
+
+main()
