@@ -26,6 +26,10 @@ MLA_ABSORBED_MAX_QUERY_TOKENS = 16
 # SiLU-gated product (sigmoid ≈ 3, multiply, multiply).
 NORM_FLOPS_PER_ELEMENT = 4
 GATED_ACT_FLOPS_PER_ELEMENT = 5
+# A KV cache stored narrower than the activations is converted element by element: a scale
+# multiply and a type conversion per element read (dequantize) or written (quantize), as in
+# vLLM's fp8 KV-cache kernels (scaled_convert) and KIVI's int2/int4 kernels.
+KV_CONVERT_FLOPS_PER_ELEMENT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,8 @@ class _Shard:
     wb: float
     ab: float
     kvb: float
+    kv_keep: float  # fraction of cached tokens the cache keeps (Precision.kv_keep)
+    kv_convert: bool  # KV stored narrower than activations: dequantize on read
 
 
 def build_ledger(model: ModelSpec, step: Step, precision: Precision = Precision(),
@@ -90,6 +96,8 @@ def _shard(model: ModelSpec, step: Step, precision: Precision, par: Parallelism)
         wb=precision.weight_bytes,
         ab=precision.activation_bytes,
         kvb=precision.kv_bytes,
+        kv_keep=precision.kv_keep,
+        kv_convert=precision.kv_bytes < precision.activation_bytes,
     )
 
 
@@ -146,6 +154,8 @@ def _attention_block(model: ModelSpec, group: LayerGroup, step: Step, shard: _Sh
         qkv_width = (shard.heads + 2 * shard.kv_heads) * model.head_dim
         ops.append(_gemm("attn.qkv", layers, calls, shard.tokens, qkv_width, h, shard))
     ops.append(_attention_core(model, step, shard, layers, calls, window, par.attention_dp))
+    if shard.kv_convert:
+        ops.append(_kv_convert(ops[-1], shard, layers, calls))
     ops.append(_gemm("attn.out", layers, calls, shard.tokens, h,
                      shard.heads * model.value_head_dim, shard))
     if par.tp > 1:
@@ -156,18 +166,21 @@ def _attention_block(model: ModelSpec, group: LayerGroup, step: Step, shard: _Sh
 def _attention_core(model: ModelSpec, step: Step, shard: _Shard, layers: str, calls: int,
                     window: int | None, dp: int) -> Op:
     """Scores and values, 2·2·h·d·pairs FLOPs (DESIGN.md); cached K/V read, new K/V written.
-    MLA's absorbed form scores in the latent space: (2·kv_lora + rope) per head and pair."""
+    MLA's absorbed form scores in the latent space: (2·kv_lora + rope) per head and pair.
+    With ``kv_keep`` < 1 a sequence's cache holds round(kv_keep·c) of its c cached tokens;
+    new tokens attend to those and, causally, to each other."""
     pairs = cached_read = 0.0
     flops_per_pair = 2 * shard.heads * (model.qk_head_dim + model.value_head_dim)
     flops = 0.0
     for g in step.groups:
-        group_pairs = g.count * causal_pairs(g.new_tokens, g.cached_tokens, window) / dp
+        kept = round(g.cached_tokens * shard.kv_keep)
+        group_pairs = g.count * causal_pairs(g.new_tokens, kept, window) / dp
         per_pair = flops_per_pair
         if model.is_mla and g.new_tokens <= MLA_ABSORBED_MAX_QUERY_TOKENS:
             per_pair = 2 * shard.heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
         flops += per_pair * group_pairs
         pairs += group_pairs
-        cached_read += g.count * cached_keys_read(g.cached_tokens, window) / dp
+        cached_read += g.count * cached_keys_read(kept, window) / dp
     kv_token = kv_bytes_per_token_layer(model, shard.kvb, shard.kv_heads)
     qo = shard.tokens * shard.heads * (model.qk_head_dim + model.value_head_dim) * shard.ab
     return Op("attn.score", "attention", layers, calls, flops * calls,
@@ -175,6 +188,15 @@ def _attention_core(model: ModelSpec, step: Step, shard: _Shard, layers: str, ca
               kv_write=shard.tokens * kv_token * calls,
               activations=qo * calls, m=shard.tokens, n=pairs / max(shard.tokens, 1.0),
               k=model.qk_head_dim)
+
+
+def _kv_convert(core: Op, shard: _Shard, layers: str, calls: int) -> Op:
+    """Dequantize every cached K/V element read and quantize every new one written:
+    KV_CONVERT_FLOPS_PER_ELEMENT each, on the vector units. Its bytes are already in
+    ``attn.score``; pricing it as its own op is an upper bound (kernels fuse it)."""
+    elements = (core.kv_read + core.kv_write) / shard.kvb
+    return Op("attn.kv_dequant", "elementwise", layers, calls,
+              KV_CONVERT_FLOPS_PER_ELEMENT * elements)
 
 
 def _mla_projections(model: ModelSpec, step: Step, shard: _Shard, layers: str,
@@ -191,7 +213,8 @@ def _mla_projections(model: ModelSpec, step: Step, shard: _Shard, layers: str,
     kv_b_width = shard.heads * (nope + model.v_head_dim)
     absorbed = sum(g.count * g.new_tokens for g in step.groups
                    if g.new_tokens <= MLA_ABSORBED_MAX_QUERY_TOKENS)
-    decompressed = sum(g.count * (g.cached_tokens + g.new_tokens) for g in step.groups
+    decompressed = sum(g.count * (round(g.cached_tokens * shard.kv_keep) + g.new_tokens)
+                       for g in step.groups
                        if g.new_tokens > MLA_ABSORBED_MAX_QUERY_TOKENS)
     m = (absorbed + decompressed) * t / max(step.new_tokens, 1)
     return ops + [_gemm("attn.kv_b", layers, calls, m, kv_b_width, lora, shard)]

@@ -23,12 +23,13 @@ def kv_cache_bytes_per_device(model: ModelSpec, precision: Precision, par: Paral
                               sequences: int, context_tokens: int) -> float:
     """KV bytes for ``sequences`` each holding ``context_tokens``; sliding layers keep only
     their window; KV heads split tp ways (replicated when fewer than tp), MLA's latent is
-    replicated on every tensor-parallel rank."""
+    replicated on every tensor-parallel rank; ``precision.kv_keep`` < 1 keeps that fraction."""
     kv_heads = max(1.0, model.num_kv_heads / par.tp)
     total = 0.0
     for group in model.layer_groups:
         window = model.sliding_window if group.attention == "sliding" else None
-        kept = context_tokens if window is None else min(context_tokens, window)
+        held = precision.kept_tokens(context_tokens)
+        kept = held if window is None else min(held, window)
         total += group.count * kept * kv_bytes_per_token_layer(model, precision.kv_bytes, kv_heads)
     return sequences * total / par.pp / par.attention_dp
 

@@ -96,11 +96,17 @@ def number_format(name: str) -> NumberFormat:
 
 @dataclass(frozen=True, slots=True)
 class Precision:
-    """Formats per byte class: weights, activations and KV cache."""
+    """Formats per byte class: weights, activations and KV cache.
+
+    ``kv_keep`` is the fraction of each sequence's cached tokens the KV cache keeps
+    (eviction or compression in the style of H2O and SnapKV): the cache holds that fraction,
+    and a step reads and attends to it; 1 keeps everything.
+    """
 
     weights: str = "bf16"
     activations: str = "bf16"
     kv_cache: str = "bf16"
+    kv_keep: float = 1.0
 
     def __post_init__(self) -> None:
         for field in ("weights", "activations", "kv_cache"):
@@ -111,6 +117,9 @@ class Precision:
                 f"activations cannot be stored in the weight-only format '{self.activations}'; "
                 "use bf16, fp16, fp32 or fp8 for --act-dtype."
             )
+        if not 0 < self.kv_keep <= 1:
+            raise InputError(f"--kv-keep {self.kv_keep} is not a fraction of the cache; give a "
+                             "number in (0, 1], e.g. 0.25 to keep a quarter of cached tokens.")
 
     @property
     def weight_bytes(self) -> float:
@@ -123,6 +132,10 @@ class Precision:
     @property
     def kv_bytes(self) -> float:
         return number_format(self.kv_cache).bytes_per_element
+
+    def kept_tokens(self, cached_tokens: int) -> int:
+        """Cached tokens the KV cache holds after eviction: round(kv_keep × cached)."""
+        return cached_tokens if self.kv_keep == 1 else round(cached_tokens * self.kv_keep)
 
     @property
     def math_format(self) -> str:
