@@ -8,6 +8,7 @@ from phasewise import __version__
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost import CostModel, SpeedOfLight, StepTiming
 from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
+from phasewise.estimate.cost_energy import cost_energy
 from phasewise.estimate.types import (Estimate, HardwareSummary, Inputs, MemoryReport,
                                       ModelSummary, OpRow, PhaseReport)
 from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_ledger,
@@ -22,7 +23,7 @@ DEFAULT_RESERVE_FRACTION = 0.10
 # Engines prefill in chunks; vLLM's default max_num_batched_tokens with chunked prefill is
 # 8192, which bounds the transient activations of one step.
 PREFILL_CHUNK_TOKENS = 8192
-ATTENTION_OPS = ("attn.score",)
+ATTENTION_OPS = ("attn.score", "attn.kv_dequant")
 
 _SOL = SpeedOfLight()
 
@@ -66,7 +67,8 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
         inputs=Inputs(model=spec.name, hardware=device.name, isl=isl, osl=osl, batch_size=b,
                       weight_dtype=precision.weights, act_dtype=precision.activations,
                       kv_dtype=precision.kv_cache, tp=parallelism.tp, pp=parallelism.pp,
-                      ep=parallelism.ep, cost_model=cost_model.name),
+                      ep=parallelism.ep, cost_model=cost_model.name,
+                      kv_keep=precision.kv_keep),
         model=ModelSummary(name=spec.name, params_total=counts.total, params_active=counts.active,
                            kv_bytes_per_token=counts.kv_bytes_per_token, layers=spec.num_layers,
                            max_context=spec.max_context),
@@ -79,6 +81,9 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
         usd_per_million_output_tokens=(price * parallelism.devices / 3600 / tokens_per_s * 1e6
                                        if price else None),
         memory=memory_report(spec, device, workload, precision, parallelism),
+        cost_energy=cost_energy(device, parallelism.devices, prefill_s=pre.time_s,
+                                input_tokens=b * isl, decode_step_s=dec.time_s,
+                                tokens_per_decode_step=b),
         warnings=_warnings(spec, workload),
         ops=_op_rows(prefill, decodes[1]) if detail else None,
     )

@@ -26,6 +26,7 @@ class Inputs(_Frozen):
     pp: int
     ep: int
     cost_model: str
+    kv_keep: float = 1.0  # fraction of cached tokens the KV cache keeps
 
 
 class ModelSummary(_Frozen):
@@ -85,6 +86,17 @@ class MemoryReport(_Frozen):
     max_batch_size: int  # largest batch whose KV cache fits at this context
 
 
+class CostEnergy(_Frozen):
+    """Price and energy per token, each phase charged for the device time it uses."""
+
+    usd_per_hour: float | None  # all devices of the replica
+    usd_per_million_input_tokens: float | None  # prefill device-time per prompt token
+    usd_per_million_output_tokens: float | None  # decode device-time per generated token
+    joules_per_input_token_upper_bound: float | None  # at TDP for the whole step
+    joules_per_output_token_upper_bound: float | None
+    energy_basis: str
+
+
 class OpRow(_Frozen):
     phase: str
     name: str
@@ -114,7 +126,8 @@ class Estimate(_Frozen):
     decode_tokens_per_s: float
     tokens_per_s_per_user: float
     tokens_per_s_per_gpu: float
-    usd_per_million_output_tokens: float | None
+    usd_per_million_output_tokens: float | None  # whole request time over its output tokens
     memory: MemoryReport
+    cost_energy: CostEnergy | None = None
     warnings: list[str] = []
     ops: list[OpRow] | None = None
