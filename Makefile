@@ -25,7 +25,7 @@ run: $(VENV)/.base
 	$(VENV)/bin/phasewise estimate
 
 test: $(VENV)/.test
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -p no:cacheprovider tests
 
 bench: $(VENV)/.base
 	$(PY) benchmarks/bench_estimate.py
