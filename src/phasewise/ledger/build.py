@@ -8,6 +8,7 @@ adds the activations sent between stages.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -119,11 +120,13 @@ def _norm(name: str, layers: str, calls: int, model: ModelSpec, shard: _Shard) -
 
 
 def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int) -> Op:
-    """Ring all-reduce of the hidden states: 2(p−1)/p of the message leaves each device,
-    in 2(p−1) latency-bound rounds."""
+    """All-reduce of the hidden states at its lower bounds: the ring's bandwidth term, 2(p−1)/p
+    of the message leaving each device, and a tree's 2·⌈log2 p⌉ latency-bound rounds (NCCL
+    switches to tree/one-shot algorithms for the small messages of decode)."""
     message = shard.tokens * model.hidden_size * shard.ab
+    rounds = 2 * math.ceil(math.log2(tp))
     return Op("tp.allreduce", "communication", layers, calls, 0.0,
-              network=2 * (tp - 1) / tp * message * calls, hops=2 * (tp - 1) * calls)
+              network=2 * (tp - 1) / tp * message * calls, hops=rounds * calls)
 
 
 def _embedding(model: ModelSpec, shard: _Shard) -> Op:
