@@ -1,0 +1,81 @@
+"""`phasewise explain`: the two phases at a glance, the turning points, and a batch sweep."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from phasewise.commands._app import app, check_format, console, echo, ints
+from phasewise.commands._whatif import fraction, one
+from phasewise.commands.estimate import DEFAULT_HARDWARE, DEFAULT_MODEL
+
+
+@app.command()
+def explain(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
+                              help="Catalog name, config.json path, or HF repo id in the cache."),
+    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H", help="Catalog device or TOML sheet."),
+    isl: str = typer.Option("2048", "--isl", help="Input (prompt) tokens per request."),
+    osl: str = typer.Option("256", "--osl", help="Output tokens per request."),
+    batch_size: str = typer.Option("1", "--batch-size", "-b", help="Requests in the batch."),
+    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="Weight format."),
+    act_dtype: str = typer.Option("bf16", "--act-dtype", help="Activation format."),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache format."),
+    kv_keep: Optional[str] = typer.Option(None, "--kv-keep",
+                                          help="Fraction of cached tokens the KV cache keeps."),
+    tp: str = typer.Option("1", "--tp", help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
+    cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the expected times."),
+    batch_sweep: bool = typer.Option(False, "--batch-sweep",
+                                     help="Add a batch sweep: decode intensity against the ridge, "
+                                          "tokens/s per device and per user, memory cap."),
+    batches: Optional[str] = typer.Option(None, "--batches",
+                                          help="Batch sizes for the sweep (default: doubling "
+                                               "past the memory cap)."),
+    plot: Optional[str] = typer.Option(None, "--plot",
+                                       help="Write the sweep as PATH.png and PATH.html."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
+) -> None:
+    """Explain prefill and decode for one configuration: what each phase does, what bounds it,
+    what it costs here, and where that changes."""
+    from phasewise.cost.registry import DEFAULT_COST_MODEL
+    from phasewise.estimate.explain import explain as run_explain
+    from phasewise.estimate.sweep import batch_sweep as run_sweep
+    from phasewise.report.explain_view import (explain_rows, explain_table, sweep_plot,
+                                               sweep_rows, sweep_table)
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.specs import Parallelism, Precision, Workload
+
+    check_format(fmt)
+    keep = fraction(kv_keep, "--kv-keep")
+    precision = Precision(weight_dtype, act_dtype, kv_dtype, 1.0 if keep is None else keep)
+    workload = Workload(one(ints(isl, "--isl"), "--isl"), one(ints(osl, "--osl"), "--osl"),
+                        one(ints(batch_size, "--batch-size"), "--batch-size"))
+    par = Parallelism(one(ints(tp, "--tp"), "--tp"), pp, ep)
+    cost_name = cost or DEFAULT_COST_MODEL
+    result = run_explain(model, hardware, workload, precision, par, cost=cost_name)
+    sweep = None
+    if batch_sweep or batches or plot:
+        sweep = run_sweep(model, hardware, workload, precision, par,
+                          batches=ints(batches, "--batches") or None, cost=cost_name)
+    if fmt == "json":
+        doc = result.model_dump(mode="json")
+        if sweep:
+            doc["batch_sweep"] = sweep.model_dump(mode="json")
+        echo(to_json(doc))
+    elif fmt in ("csv", "md"):
+        render = rows_to_csv if fmt == "csv" else rows_to_markdown
+        echo(render(explain_rows(result)))
+        if sweep:
+            echo(render(sweep_rows(sweep)))
+    else:
+        out = console()
+        out.print(explain_table(result))
+        if sweep:
+            out.print(sweep_table(sweep))
+    if sweep and plot:
+        png, html = sweep_plot(sweep, plot)
+        sys.stderr.write(f"wrote {png} and {html}\n")

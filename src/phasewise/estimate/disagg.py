@@ -1,0 +1,192 @@
+"""Disaggregated prefill and decode: two pools, and the KV cache shipped between them.
+
+A prefill instance (``tp`` devices) runs prompts, then sends each prompt's KV cache over a
+link to a decode instance, which generates the rest. The transfer is part of TTFT:
+TTFT = prefill step + KV bytes ÷ link bandwidth + link latency, with each tensor-parallel
+rank sending its own shard over its own link. Each pool has a request rate it can sustain;
+the slower one sets the rate, and the balanced ratio of pool sizes is the one at which
+neither pool waits for the other.
+
+Colocated serving is the comparison: the same devices run both phases, so each request
+costs its prefill time plus its share of the decode steps, and decode steps stall while
+a prefill runs (TPOT stretches by 1 / (1 − share of time in prefill)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from phasewise import __version__
+from phasewise.catalog import load_link
+from phasewise.cost import CostModel
+from phasewise.cost.registry import DEFAULT_COST_MODEL
+from phasewise.errors import InputError
+from phasewise.estimate.core import PREFILL_CHUNK_TOKENS, estimate
+from phasewise.estimate.cost_energy import SECONDS_PER_HOUR, TOKENS_PER_MILLION
+from phasewise.estimate.pricing import decode_average, resolve, step_seconds
+from phasewise.estimate.whatif_types import ColocatedResult, DisaggReport, PoolResult
+from phasewise.ledger import Step, kv_cache_bytes_per_device
+from phasewise.specs import HardwareSpec, Link, ModelSpec, Parallelism, Precision, Workload
+
+# The usual scale-out NIC of an H100/H200 node: one 400 Gb/s InfiniBand NDR port per GPU.
+DEFAULT_LINK = "infiniband-ndr-400"
+GIGA, MICRO = 1e9, 1e-6
+
+
+def custom_link(bandwidth_gb_per_s: float, latency_us: float = 0.0) -> Link:
+    """A link from --link-bandwidth (GB/s per direction) and --link-latency (µs)."""
+    if bandwidth_gb_per_s <= 0 or latency_us < 0:
+        raise InputError("--link-bandwidth must be positive (GB/s per direction) and "
+                         "--link-latency at least 0 (µs).")
+    return Link(f"{bandwidth_gb_per_s:g} GB/s, {latency_us:g} µs", bandwidth_gb_per_s * GIGA,
+                latency_us * MICRO, "network", 1, "given on the command line")
+
+
+def kv_transfer(model: ModelSpec, precision: Precision, par: Parallelism, prompt_tokens: int,
+                link: Link) -> tuple[float, float]:
+    """(bytes, seconds) to ship one prompt's KV cache: each device's shard of
+    prompt_tokens × KV bytes per token goes over that device's link, bytes ÷ bandwidth +
+    latency (a 4,096-token Llama-3.1-70B prompt in bf16: 4096 × 327,680 B = 1.34 GB, which
+    takes 26.8 ms at 50 GB/s)."""
+    shard = kv_cache_bytes_per_device(model, precision, par, sequences=1,
+                                      context_tokens=prompt_tokens)
+    return shard, shard / link.bandwidth_bytes_per_s + link.latency_s
+
+
+def _check_pool(role: str, devices: int, tp: int) -> int:
+    if devices < 1:
+        raise InputError(f"--{role}-pool {devices}: a pool needs at least one device.")
+    if devices % tp:
+        raise InputError(f"--{role}-pool {devices} is not a multiple of its TP {tp}; give a "
+                         f"pool of {tp * max(1, devices // tp)} or {tp * (devices // tp + 1)}.")
+    return devices // tp
+
+
+def prompts_per_prefill_step(isl: int) -> int:
+    """Prompts a prefill instance packs into one step: up to PREFILL_CHUNK_TOKENS tokens."""
+    return max(1, PREFILL_CHUNK_TOKENS // isl)
+
+
+def disaggregate(model: ModelSpec | str, workload: Workload, precision: Precision = Precision(), *,
+                 prefill_hardware: HardwareSpec | str, decode_hardware: HardwareSpec | str,
+                 prefill_pool: int, decode_pool: int, prefill_tp: int = 1, decode_tp: int = 1,
+                 link: Link | str = DEFAULT_LINK,
+                 cost: str | CostModel = DEFAULT_COST_MODEL) -> DisaggReport:
+    """Rates, TTFT/TPOT and cost of the two pools, the balanced ratio, and colocated serving
+    on each device type for comparison. ``workload.batch_size`` is the number of sequences a
+    decode instance runs at once."""
+    if workload.osl < 2:
+        raise InputError("disaggregation needs --osl of at least 2: with one output token "
+                         "there is no decode phase to move.")
+    spec, pre_dev, pre_cost = resolve(model, prefill_hardware, cost)
+    _, dec_dev, dec_cost = resolve(spec, decode_hardware, cost)
+    the_link = load_link(link) if isinstance(link, str) else link
+    pre_par, dec_par = Parallelism(tp=prefill_tp), Parallelism(tp=decode_tp)
+    n_pre = _check_pool("prefill", prefill_pool, prefill_tp)
+    n_dec = _check_pool("decode", decode_pool, decode_tp)
+
+    batch_p = prompts_per_prefill_step(workload.isl)
+    single = step_seconds(spec, Step.prefill(workload.isl), precision, pre_par, pre_dev, pre_cost)
+    step_p = step_seconds(spec, Step.prefill(workload.isl, batch=batch_p), precision, pre_par,
+                          pre_dev, pre_cost)
+    tpot = decode_average(lambda c: step_seconds(spec, Step.decode(workload.batch_size, c),
+                                                 precision, dec_par, dec_dev, dec_cost), workload)
+    kv_bytes, kv_s = kv_transfer(spec, precision, pre_par, workload.isl, the_link)
+
+    # Requests per second one instance sustains; the link carries each prefill device's shard.
+    per_pre = min(batch_p / step_p, the_link.bandwidth_bytes_per_s / kv_bytes)
+    per_dec = workload.batch_size / ((workload.osl - 1) * tpot)
+    rate = min(n_pre * per_pre, n_dec * per_dec)
+    bottleneck = "prefill" if n_pre * per_pre <= n_dec * per_dec else "decode"
+    best, best_rate = _best_split(prefill_pool + decode_pool, prefill_tp, decode_tp, per_pre, per_dec)
+    fits = _fits(spec, pre_dev, dec_dev, workload, precision, pre_par, dec_par)
+
+    def pool(role: str, dev: HardwareSpec, devices: int, tp: int, instances: int,
+             per_instance: float, seqs: int, step: float, fit: bool) -> PoolResult:
+        price = dev.price_usd_per_hour
+        return PoolResult(role=role, hardware=dev.name, display_name=dev.display_name,
+                          devices=devices, tp=tp, instances=instances, sequences_per_step=seqs,
+                          step_s=step, requests_per_s=instances * per_instance,
+                          utilization=rate / (instances * per_instance),
+                          usd_per_hour=price * devices if price is not None else None, fits=fit)
+
+    pre = pool("prefill", pre_dev, prefill_pool, prefill_tp, n_pre, per_pre, batch_p, step_p, fits[0])
+    dec = pool("decode", dec_dev, decode_pool, decode_tp, n_dec, per_dec, workload.batch_size,
+               tpot, fits[1])
+    usd_h = None if pre.usd_per_hour is None or dec.usd_per_hour is None else \
+        pre.usd_per_hour + dec.usd_per_hour
+    warnings = [f"the {role} pool's devices do not fit the model with this batch; see "
+                "`phasewise estimate` for the memory breakdown." for role, ok in
+                zip(("prefill", "decode"), fits) if not ok]
+    return DisaggReport(
+        tool_version=__version__, model=spec.name, isl=workload.isl, osl=workload.osl,
+        batch_size=workload.batch_size, link=the_link.name,
+        link_bandwidth_bytes_per_s=the_link.bandwidth_bytes_per_s,
+        link_latency_s=the_link.latency_s, kv_transfer_bytes=kv_bytes, kv_transfer_s=kv_s,
+        prefill=pre, decode=dec, ttft_s=single + kv_s, tpot_s=tpot,
+        sustained_requests_per_s=rate, bottleneck=bottleneck,
+        balanced_prefill_to_decode=(prefill_tp / per_pre) / (decode_tp / per_dec),
+        best_split=best, best_split_requests_per_s=best_rate,
+        usd_per_million_output_tokens=_per_million(usd_h, rate * workload.osl),
+        usd_per_million_tokens=_per_million(usd_h, rate * (workload.isl + workload.osl)),
+        colocated=[_colocated(spec, dev, c, workload, precision, dec_par)
+                   for dev, c in _distinct((pre_dev, pre_cost), (dec_dev, dec_cost))],
+        warnings=warnings)
+
+
+def _per_million(usd_per_hour: float | None, tokens_per_s: float) -> float | None:
+    if usd_per_hour is None or tokens_per_s <= 0:
+        return None
+    return usd_per_hour / SECONDS_PER_HOUR / tokens_per_s * TOKENS_PER_MILLION
+
+
+def _best_split(total: int, tp_p: int, tp_d: int, per_pre: float,
+                per_dec: float) -> tuple[tuple[int, int], float]:
+    """Of every split of ``total`` devices into whole prefill and decode instances, the one
+    with the highest sustained rate (fewest prefill devices on a tie)."""
+    best, best_rate = (tp_p, total - tp_p), 0.0
+    for prefill in range(tp_p, total, tp_p):
+        decode = (total - prefill) // tp_d * tp_d
+        if decode < tp_d:
+            break
+        rate = min(prefill // tp_p * per_pre, decode // tp_d * per_dec)
+        if rate > best_rate:
+            best, best_rate = (prefill, decode), rate
+    return best, best_rate
+
+
+def _distinct(*pairs: tuple[HardwareSpec, CostModel]) -> list[tuple[HardwareSpec, CostModel]]:
+    seen: dict[str, tuple[HardwareSpec, CostModel]] = {}
+    for device, cost_model in pairs:
+        seen.setdefault(device.name, (device, cost_model))
+    return list(seen.values())
+
+
+def _colocated(model: ModelSpec, device: HardwareSpec, cost_model: CostModel,
+               workload: Workload, precision: Precision, par: Parallelism) -> ColocatedResult:
+    """Both phases on one instance: device time per request is its share of a prefill step
+    plus its share of OSL − 1 decode steps of the batch."""
+    batch_p = prompts_per_prefill_step(workload.isl)
+    single = step_seconds(model, Step.prefill(workload.isl), precision, par, device, cost_model)
+    prefill_share = step_seconds(model, Step.prefill(workload.isl, batch=batch_p), precision, par,
+                                 device, cost_model) / batch_p
+    tpot = decode_average(lambda c: step_seconds(model, Step.decode(workload.batch_size, c),
+                                                 precision, par, device, cost_model), workload)
+    decode_share = (workload.osl - 1) * tpot / workload.batch_size
+    per_request_s = prefill_share + decode_share
+    rate = 1 / per_request_s / par.devices
+    price = device.price_usd_per_hour
+    return ColocatedResult(
+        hardware=device.name, tp=par.tp, requests_per_s_per_device=rate, ttft_s=single,
+        tpot_s=tpot / (1 - prefill_share / per_request_s),
+        usd_per_million_tokens=_per_million(price, rate * (workload.isl + workload.osl))
+        if price is not None else None)
+
+
+def _fits(model: ModelSpec, pre_dev: HardwareSpec, dec_dev: HardwareSpec, workload: Workload,
+          precision: Precision, pre_par: Parallelism, dec_par: Parallelism) -> tuple[bool, bool]:
+    prompts = dataclasses.replace(workload, batch_size=prompts_per_prefill_step(workload.isl),
+                                  osl=1)
+    pre = estimate(model, pre_dev, prompts, precision, pre_par).memory.fits
+    dec = estimate(model, dec_dev, workload, precision, dec_par).memory.fits
+    return pre, dec

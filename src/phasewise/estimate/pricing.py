@@ -1,0 +1,51 @@
+"""Pricing a step through the ledger and a cost model, for the what-ifs that need steps the
+plain estimate does not take (speculative verify, draft steps, a batch at a set context)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from phasewise.catalog import load_hardware, load_model
+from phasewise.cost import CostModel, StepTiming
+from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
+from phasewise.ledger import Ledger, Step, build_ledger
+from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+
+# Simpson's rule over the first, middle and last decode context, as the estimate averages
+# decode: exact while step time is piecewise linear in the context.
+SIMPSON_WEIGHTS = (1 / 6, 4 / 6, 1 / 6)
+
+
+def resolve(model: ModelSpec | str, hardware: HardwareSpec | str,
+            cost: str | CostModel = DEFAULT_COST_MODEL) -> tuple[ModelSpec, HardwareSpec, CostModel]:
+    """Catalog names to specs, and a cost model name to the model for that device."""
+    spec = load_model(model) if isinstance(model, str) else model
+    device = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    cost_model = cost_model_for(cost, device) if isinstance(cost, str) else cost
+    return spec, device, cost_model
+
+
+def price_step(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,
+               device: HardwareSpec, cost_model: CostModel) -> tuple[Ledger, StepTiming]:
+    ledger = build_ledger(model, step, precision, par)
+    return ledger, cost_model.step_time(ledger, device)
+
+
+def step_seconds(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,
+                 device: HardwareSpec, cost_model: CostModel) -> float:
+    return price_step(model, step, precision, par, device, cost_model)[1].total.time_s
+
+
+def decode_contexts(workload: Workload) -> tuple[int, int, int]:
+    """Cached tokens at the first, middle and last decode step (as the estimate takes them)."""
+    first, last = workload.isl, workload.isl + max(workload.osl - 2, 0)
+    return first, (first + last) // 2, last
+
+
+def decode_average(per_context: Callable[[int], float], workload: Workload) -> float:
+    """Simpson's-rule mean of ``per_context(cached_tokens)`` over the decode steps."""
+    return sum(w * per_context(c) for w, c in zip(SIMPSON_WEIGHTS, decode_contexts(workload)))
+
+
+def average_decode_context(workload: Workload) -> int:
+    return decode_contexts(workload)[1]
