@@ -1,0 +1,75 @@
+"""How many KV-cache blocks a replica has: device memory minus weights, the transient
+activations of the largest step, and the runtime reserve, in pages of ``block_tokens``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from phasewise.errors import InputError
+from phasewise.estimate.core import reserve_bytes
+from phasewise.ledger import (activation_bytes_per_device, kv_cache_bytes_per_device,
+                              weight_bytes_per_device)
+from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
+
+# vLLM's default page (block) size for the paged KV cache, in tokens.
+DEFAULT_BLOCK_TOKENS = 16
+# vLLM's block manager admits a prompt only if 1% of the blocks stay free afterwards
+# (BlockSpaceManager watermark=0.01), so running sequences have room to grow.
+ADMISSION_WATERMARK = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class KVCapacity:
+    """Per-device memory split of one replica, and the blocks left for the KV cache."""
+
+    device_bytes: float
+    weights_bytes: float
+    activations_bytes: float
+    reserve_bytes: float
+    bytes_per_token: float  # per device, every layer (sliding layers priced in full)
+    block_tokens: int
+    blocks: int
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.blocks * self.block_tokens * self.bytes_per_token
+
+    @property
+    def tokens(self) -> int:
+        return self.blocks * self.block_tokens
+
+    @property
+    def watermark_blocks(self) -> int:
+        return int(ADMISSION_WATERMARK * self.blocks)
+
+
+def kv_capacity(model: ModelSpec, hardware: HardwareSpec, precision: Precision,
+                parallelism: Parallelism, *, block_tokens: int = DEFAULT_BLOCK_TOKENS,
+                max_batched_tokens: int, max_seqs: int) -> KVCapacity:
+    """Blocks = ⌊(memory − weights − activations − reserve) ÷ (block_tokens × KV bytes per
+    token)⌋ on each device of the replica. Sliding-window layers are given a full page per
+    token, as a paged allocator without per-layer windows holds them (an upper bound)."""
+    if block_tokens < 1:
+        raise InputError(f"--block-size {block_tokens}: give a positive number of tokens.")
+    weights = weight_bytes_per_device(model, precision, parallelism)
+    activations = activation_bytes_per_device(model, precision, parallelism,
+                                              tokens=max_batched_tokens, logit_tokens=max_seqs)
+    reserve = reserve_bytes(hardware)
+    per_token = kv_cache_bytes_per_device(model, precision, parallelism, sequences=1,
+                                          context_tokens=1)
+    room = hardware.memory_bytes - weights - activations - reserve
+    blocks = int(room // (block_tokens * per_token)) if room > 0 else 0
+    if blocks < 1:
+        raise InputError(
+            f"{model.name} does not fit on {hardware.display_name} with tp={parallelism.tp}: "
+            f"weights {weights / 1e9:.1f} GB + activations {activations / 1e9:.1f} GB + reserve "
+            f"{reserve / 1e9:.1f} GB leave no room for a KV cache in "
+            f"{hardware.memory_bytes / 1e9:.0f} GB; raise --tp or lower --weight-dtype.")
+    return KVCapacity(hardware.memory_bytes, weights, activations, reserve, per_token,
+                      block_tokens, blocks)
+
+
+def blocks_for(tokens: int, block_tokens: int) -> int:
+    return math.ceil(tokens / block_tokens)

@@ -1,0 +1,147 @@
+"""Batching policies: what the next engine step of a replica computes.
+
+Each policy looks at a replica's queues and returns a ``Plan`` (decode the running set or
+not, and which prefill chunks to run), or None when there is nothing to do. Adding a
+scheduler is one entry in ``SCHEDULERS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from phasewise.errors import InputError, nearest_hint
+from phasewise.serving.replica import Plan, Replica, Seq
+
+# vLLM's default max_num_seqs (sequences in flight per replica).
+DEFAULT_MAX_SEQS = 256
+# vLLM without chunked prefill sets max_num_batched_tokens to max(max_model_len, 2048):
+# every whole prompt must fit one step.
+WHOLE_PROMPT_MIN_BATCHED_TOKENS = 2048
+# Sarathi-Serve (Agrawal et al., OSDI 2024) evaluates token budgets of 512 (strict TPOT
+# SLOs) and 2048 (relaxed); 2048 keeps prefill throughput for the default case.
+CHUNKED_DEFAULT_BUDGET = 2048
+
+
+class Policy(Protocol):
+    def plan(self, replica: Replica, out: list) -> Plan | None: ...
+
+
+def _continue_prefills(r: Replica, budget: int) -> tuple[list[tuple[Seq, int]], int]:
+    chunks = []
+    for seq in r.prefilling:
+        if budget <= 0:
+            break
+        take = min(budget, seq.target - seq.prefilled)
+        chunks.append((seq, take))
+        budget -= take
+    return chunks, budget
+
+
+def _admit_prompts(r: Replica, budget: int, *, whole: bool) -> list[tuple[Seq, int]]:
+    """Admit waiting requests first come first served while sequences, tokens and KV
+    blocks allow; ``whole`` prompts must fit the budget, otherwise the last is chunked."""
+    chunks = []
+    while r.waiting and budget > 0:
+        seq = r.waiting[0]
+        need = r.tokens_to_prefill(seq)
+        if (whole and need > budget) or not r.can_admit(seq):
+            break
+        r.admit(seq)
+        take = min(need, budget)
+        chunks.append((seq, take))
+        budget -= take
+    return chunks
+
+
+class StaticBatching:
+    """Request-level batching (a plain ``generate()`` over a batch, FasterTransformer):
+    a batch of whole prompts is prefilled together and decoded until its last request
+    ends; finished requests leave the batch but nothing joins it until it is empty."""
+
+    def plan(self, r: Replica, out: list) -> Plan | None:
+        if r.running:
+            r.reserve_decode()
+            if r.running:
+                return Plan(True, [])
+        chunks = _admit_prompts(r, r.limits.max_batched_tokens, whole=True)
+        return Plan(False, chunks) if chunks else None
+
+
+class ContinuousBatching:
+    """vLLM's default scheduler without chunked prefill (Orca-style iteration-level
+    batching): waiting prompts are admitted and prefilled whole, in a step of their own
+    (prefill first, the running decodes wait), else every running sequence decodes."""
+
+    def plan(self, r: Replica, out: list) -> Plan | None:
+        r.join_pulled()
+        r.start_pulls(out)
+        chunks = _admit_prompts(r, r.limits.max_batched_tokens, whole=True)
+        if chunks:
+            return Plan(False, chunks)
+        if r.running:
+            r.reserve_decode()
+            if r.running:
+                return Plan(True, [])
+            chunks = _admit_prompts(r, r.limits.max_batched_tokens, whole=True)
+        return Plan(False, chunks) if chunks else None
+
+
+class ChunkedPrefill:
+    """Sarathi-Serve's stall-free batching: each step's token budget goes first to one
+    token for every running decode, then to chunks of prompts already being prefilled,
+    then to newly admitted prompts, so decodes never wait for a long prefill."""
+
+    def plan(self, r: Replica, out: list) -> Plan | None:
+        r.join_pulled()
+        r.start_pulls(out)
+        budget = r.limits.max_batched_tokens
+        if r.running:
+            r.reserve_decode()
+            budget -= len(r.running)
+        chunks, budget = _continue_prefills(r, budget)
+        chunks += _admit_prompts(r, budget, whole=False)
+        if not chunks and not r.running:
+            return None
+        return Plan(bool(r.running), chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduler:
+    """A named way to serve: the batching policy of each replica, whether prefill and
+    decode run on separate pools, and the default token budget per step given the
+    longest request (prompt plus answer, the most a recomputation prefills) and the
+    sequences in flight."""
+
+    policy: Callable[[], Policy]
+    summary: str
+    disaggregated: bool = False
+    chunked: bool = False
+    whole_batch: bool = False  # one step prefills the whole batch, however large
+
+    def default_budget(self, longest_tokens: int, max_seqs: int) -> int:
+        if self.chunked:
+            return CHUNKED_DEFAULT_BUDGET
+        if self.whole_batch:
+            return max_seqs * longest_tokens
+        return max(WHOLE_PROMPT_MIN_BATCHED_TOKENS, longest_tokens)
+
+
+SCHEDULERS: dict[str, Scheduler] = {
+    "static": Scheduler(StaticBatching, "request-level batches; nothing joins a running batch",
+                        whole_batch=True),
+    "continuous": Scheduler(ContinuousBatching,
+                            "vLLM-style continuous batching, whole prompts first"),
+    "chunked": Scheduler(ChunkedPrefill, "Sarathi-style chunked prefill under a token budget",
+                         chunked=True),
+    "disaggregated": Scheduler(ContinuousBatching,
+                               "prefill and decode pools; KV moves over a link (DistServe)",
+                               disaggregated=True),
+}
+
+
+def scheduler(name: str) -> Scheduler:
+    if name not in SCHEDULERS:
+        raise InputError(f"unknown scheduler '{name}'.{nearest_hint(name, list(SCHEDULERS))} "
+                         f"Known: {', '.join(SCHEDULERS)}.")
+    return SCHEDULERS[name]

@@ -1,0 +1,192 @@
+"""Build a simulated server from its description, check the run is possible, run it.
+
+    server = Server(model="llama-3.1-8b", pool=Pool("h100-sxm"), scheduler="chunked")
+    requests = synthetic(1000, parse_lengths("1024", "--isl"), parse_lengths("256", "--osl"),
+                         rng, arrival_s=poisson_arrivals(8.0, 1000, rng))
+    sim = simulate(server, requests)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from phasewise.catalog import load_hardware, load_link, load_model
+from phasewise.cost import CostModel
+from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
+from phasewise.errors import InputError
+from phasewise.ledger import kv_cache_bytes_per_device
+from phasewise.serving.cluster import Cluster, Source, load_balancer
+from phasewise.serving.engine import EventLoop
+from phasewise.serving.kv_cache import DEFAULT_BLOCK_TOKENS, KVCapacity, kv_capacity
+from phasewise.serving.pricing import DEFAULT_BUCKET_TOKENS, StepPricer
+from phasewise.serving.replica import Limits, Replica, Seq
+from phasewise.serving.requests import ClosedLoop, Requests
+from phasewise.serving.schedulers import DEFAULT_MAX_SEQS, scheduler
+from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
+
+# Simulator state a run holds, measured with tracemalloc on the speed benchmark
+# (benchmarks/bench_simulate.py): about 1.5 KB per request (its state, its result row)
+# and 60 B per output token (tick times and step records, at batch 1 one step per token).
+HELD_BYTES_PER_REQUEST = 1_500
+HELD_BYTES_PER_OUTPUT_TOKEN = 60
+DEFAULT_MEMORY_BUDGET_BYTES = 4 * 2**30
+PROGRESS_EVERY_EVENTS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """Identical replicas: the device, the parallelism inside one replica, how many."""
+
+    hardware: str | HardwareSpec = "h100-sxm"
+    parallelism: Parallelism = Parallelism()
+    replicas: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """What serves the requests. ``pool`` holds the colocated replicas, or the prefill
+    pool when the scheduler is disaggregated (``decode_pool`` defaults to a copy of it)."""
+
+    model: str | ModelSpec = "llama-3.1-8b"
+    pool: Pool = Pool()
+    decode_pool: Pool | None = None
+    precision: Precision = Precision()
+    scheduler: str = "continuous"
+    max_seqs: int = DEFAULT_MAX_SEQS
+    max_batched_tokens: int | None = None  # None: the scheduler's default
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
+    load_balancer: str = "least-outstanding"
+    kv_link: str = "infiniband-ndr-400"
+    cost: str | CostModel = DEFAULT_COST_MODEL
+
+
+@dataclass
+class Simulation:
+    """A finished run: the requests as served, every replica's steps, the KV transfers."""
+
+    server: Server
+    model: ModelSpec
+    requests: list[Seq]
+    replicas: list[Replica]
+    transfers: list[tuple[float, float, int, int, int]]
+    capacities: dict[str, KVCapacity]
+    cost_model: str
+    closed_loop: ClosedLoop | None
+    devices: int
+    priced_shapes: int
+    events: int
+    bucket_tokens: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return sum(len(r.steps) for r in self.replicas)
+
+
+def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | None = None,
+             bucket_tokens: int = DEFAULT_BUCKET_TOKENS,
+             memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET_BYTES,
+             progress: Callable[[int, int], None] | None = None) -> Simulation:
+    """Serve ``requests`` (an open loop when they carry arrival times, else ``closed_loop``)
+    and return what happened. Deterministic: the same inputs give the same run."""
+    check_held_memory(requests, memory_budget_bytes)
+    if requests.arrival_s is None and closed_loop is None:
+        raise InputError("the requests have no arrival times; give a rate, a trace or a number "
+                         "of concurrent clients.")
+    model = load_model(server.model) if isinstance(server.model, str) else server.model
+    how = scheduler(server.scheduler)
+    load_balancer(server.load_balancer)  # a clear error before anything is built
+    longest = int(np.max(requests.input_tokens + requests.output_tokens)) - 1
+    limits = Limits(server.max_seqs,
+                    server.max_batched_tokens or how.default_budget(longest, server.max_seqs))
+    _check_limits(limits, longest, how.chunked, server.max_batched_tokens is not None)
+
+    pools = {"front": server.pool}
+    if how.disaggregated:
+        pools["decode"] = server.decode_pool or server.pool
+    replicas: list[Replica] = []
+    capacities: dict[str, KVCapacity] = {}
+    cluster = Cluster([], [], server.load_balancer)
+    cost_name = ""
+    for role_key, pool in pools.items():
+        role = "both" if not how.disaggregated else ("prefill" if role_key == "front" else "decode")
+        device = load_hardware(pool.hardware) if isinstance(pool.hardware, str) else pool.hardware
+        cost = cost_model_for(server.cost, device) if isinstance(server.cost, str) else server.cost
+        cost_name = cost.name
+        pricer = StepPricer(model, device, server.precision, pool.parallelism, cost,
+                            bucket_tokens=bucket_tokens)
+        capacity = kv_capacity(model, device, server.precision, pool.parallelism,
+                               block_tokens=server.block_tokens,
+                               max_batched_tokens=limits.max_batched_tokens,
+                               max_seqs=limits.max_seqs)
+        _check_fits(requests, capacity, role, device.display_name)
+        capacities[role] = capacity
+        if pool.replicas < 1:
+            raise InputError(f"a pool needs at least one replica, got {pool.replicas}.")
+        members = [Replica(len(replicas) + i, role, how.policy(), pricer, capacity, limits, cluster)
+                   for i in range(pool.replicas)]
+        replicas += members
+        (cluster.front if role_key == "front" else cluster.decode_pool).extend(members)
+    if how.disaggregated:
+        cluster.link = load_link(server.kv_link)
+        cluster.kv_bytes_per_token = kv_cache_bytes_per_device(
+            model, server.precision, Parallelism(), sequences=1, context_tokens=1)
+
+    source = Source(cluster, requests, closed_loop)
+    loop = EventLoop()
+    for event in source.first_events():
+        loop.push(event)
+    report = None if progress is None else (lambda: progress(len(cluster.finished), len(requests)))
+    loop.run(every=PROGRESS_EVERY_EVENTS, on_progress=report)
+    if report:
+        report()
+    if len(cluster.finished) != len(requests):
+        raise RuntimeError(f"{len(requests) - len(cluster.finished)} requests never finished")
+    served = sorted(cluster.finished, key=lambda s: s.id)
+    return Simulation(server, model, served, replicas, cluster.transfers, capacities, cost_name,
+                      closed_loop, sum(r.devices for r in replicas),
+                      sum(r.pricer.shapes for r in {id(r.pricer): r for r in replicas}.values()),
+                      loop.handled, bucket_tokens)
+
+
+def check_held_memory(requests: Requests, budget_bytes: float) -> None:
+    """Refuse, before starting, a run whose state would not fit the memory budget."""
+    n = len(requests)
+    if n == 0:
+        raise InputError("no requests to simulate; give --num-requests of at least 1.")
+    held = n * HELD_BYTES_PER_REQUEST + int(requests.output_tokens.sum()) * HELD_BYTES_PER_OUTPUT_TOKEN
+    if held > budget_bytes:
+        raise InputError(f"{n:,} requests with {int(requests.output_tokens.sum()):,} output tokens "
+                         f"would hold about {held / 2**30:.1f} GiB of simulator state, over the "
+                         f"{budget_bytes / 2**30:.1f} GiB budget; lower --num-requests or raise "
+                         "--memory-budget.")
+
+
+def _check_limits(limits: Limits, longest: int, chunked: bool, user_budget: bool) -> None:
+    if limits.max_seqs < 1:
+        raise InputError(f"--max-num-seqs {limits.max_seqs}: give at least 1.")
+    if chunked and limits.max_batched_tokens < limits.max_seqs:
+        raise InputError(f"--max-num-batched-tokens {limits.max_batched_tokens} is below "
+                         f"--max-num-seqs {limits.max_seqs}: chunked prefill gives every running "
+                         "decode a token of the budget; raise the budget or lower the sequences.")
+    if not chunked and limits.max_batched_tokens < longest:
+        raise InputError(f"--max-num-batched-tokens {limits.max_batched_tokens} is below the "
+                         f"longest request ({longest:,} tokens of prompt and answer, which a "
+                         "recomputation prefills whole); raise it to at least that or use "
+                         "--scheduler chunked.")
+
+
+def _check_fits(requests: Requests, capacity: KVCapacity, role: str, device: str) -> None:
+    usable = capacity.blocks - capacity.watermark_blocks
+    need = (requests.input_tokens + requests.output_tokens - 1 + capacity.block_tokens - 1) \
+        // capacity.block_tokens
+    worst = int(np.argmax(need))
+    if need[worst] > usable:
+        where = "" if role == "both" else f" ({role} pool)"
+        raise InputError(
+            f"request {worst} needs {int(need[worst]) * capacity.block_tokens:,} tokens of KV "
+            f"cache but a replica{where} on {device} holds {usable * capacity.block_tokens:,}; "
+            "raise --tp, shorten the requests or lower --kv-dtype.")
