@@ -1,0 +1,178 @@
+"""The expected time: each ledger operator priced with fitted efficiencies and overheads.
+
+For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
+
+    compute_s = FLOPs / (peak · gemm_fraction · e)
+        e = gemm_efficiency · m / (m + gemm_m_half) · (dequant_compute if block-quantized)
+            for GEMMs, attention_efficiency for attention, 1 for elementwise work
+    memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
+                 · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights))
+        i.e. bandwidth ramps as s / (s + bytes_half) with s the bytes per call
+    time_s    = max(compute_s, memory_s) + calls · kernel_overhead_s
+    collectives: bytes / (link bandwidth · link_efficiency) + hops · link latency
+                 + calls · collective_overhead_s
+    step      = Σ operators + step_overhead_s
+
+``gemm_fraction`` and ``bandwidth_fraction`` belong to the device (what its best kernels
+reach), the rest to the engine. The formula is written once, in ``priced_parts``, for
+scalars and numpy arrays alike, so the fit prices operators exactly as estimates do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from phasewise.cost.base import StepTiming, Timing, link_for, math_format_for, sum_timings
+from phasewise.cost.calibration import (Constants, Engine, Profile, constants_for, load_profile,
+                                        resolve_engine)
+from phasewise.ledger import Ledger, Op, SeqGroup, Step
+from phasewise.specs import HardwareSpec
+
+# Bytes per element of the math formats a GEMM can run in; weights stored in fewer bytes
+# than their math format (int4, the GGUF block formats, int8 weight-only) are dequantized
+# on the fly, which costs bandwidth and compute efficiency.
+MATH_FORMAT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
+                     "int8": 1.0, "fp4": 0.5}
+KIND_GEMM, KIND_ATTENTION, KIND_ELEMENTWISE, KIND_COMMUNICATION = range(4)
+_KINDS = {"gemm": KIND_GEMM, "attention": KIND_ATTENTION, "elementwise": KIND_ELEMENTWISE,
+          "communication": KIND_COMMUNICATION}
+
+
+@dataclass(frozen=True, slots=True)
+class OpFeatures:
+    """What the formula needs of one operator on one device (floats, or numpy columns)."""
+
+    kind: Any
+    flops: Any
+    memory_bytes: Any
+    calls: Any
+    m: Any
+    dequantized: Any  # 1 where block-quantized weights are read, else 0
+    network_bytes: Any
+    hops: Any
+    peak_flops_per_s: Any
+    bandwidth_bytes_per_s: Any
+    link_bytes_per_s: Any
+    link_latency_s: Any
+
+
+def op_features(op: Op, hardware: HardwareSpec, math_format: str) -> OpFeatures:
+    kind = _KINDS[op.kind]
+    link_bw, link_latency = 1.0, 0.0
+    if kind == KIND_COMMUNICATION:
+        link = link_for(hardware)
+        link_bw, link_latency = link.bandwidth_bytes_per_s, link.latency_s
+    peak = hardware.vector_flops if kind == KIND_ELEMENTWISE else hardware.peak_flops(math_format)
+    return OpFeatures(kind, op.flops, op.memory_bytes, op.calls, op.m,
+                      1.0 if _dequantized(op, math_format) else 0.0, op.network, op.hops,
+                      peak, hardware.memory_bandwidth_bytes_per_s, link_bw, link_latency)
+
+
+def _dequantized(op: Op, math_format: str) -> bool:
+    """A GEMM whose weights take fewer bytes per element than its math format."""
+    if op.kind != "gemm" or not op.weights or not op.k or not op.n:
+        return False
+    bytes_per_weight = op.weights / (op.k * op.n * op.calls)
+    return bytes_per_weight < 0.95 * MATH_FORMAT_BYTES.get(math_format, 2.0)
+
+
+def priced_parts(f: OpFeatures, c: Any, *, maximum: Callable = max,
+                 equals: Callable = lambda a, b: 1.0 if a == b else 0.0) -> tuple[Any, Any, Any, Any]:
+    """(compute_s, memory_s, network_s, overhead_s) of an operator; ``c`` holds the
+    constants (a ``Constants`` or columns of them). Written with arithmetic only, so the
+    same lines price one operator or a numpy column of thousands."""
+    gemm, attention = equals(f.kind, KIND_GEMM), equals(f.kind, KIND_ATTENTION)
+    elementwise, network = equals(f.kind, KIND_ELEMENTWISE), equals(f.kind, KIND_COMMUNICATION)
+    shape = f.m / (f.m + c.gemm_m_half)
+    dequant_compute = 1.0 + f.dequantized * (c.dequant_compute - 1.0)
+    efficiency = (gemm * c.gemm_efficiency * shape * dequant_compute * c.gemm_fraction
+                  + attention * c.attention_efficiency * c.gemm_fraction + elementwise + network)
+    compute_s = f.flops / (f.peak_flops_per_s * efficiency)
+    dequant_bandwidth = 1.0 + f.dequantized * (c.dequant_bandwidth - 1.0)
+    bandwidth = (f.bandwidth_bytes_per_s * c.bandwidth_fraction * c.bandwidth_efficiency
+                 * dequant_bandwidth)
+    memory_s = (1.0 - network) * (f.memory_bytes + f.calls * c.bytes_half) / bandwidth
+    network_s = network * (f.network_bytes / (f.link_bytes_per_s * c.link_efficiency)
+                           + f.hops * f.link_latency_s + f.calls * c.collective_overhead_s)
+    overhead_s = (1.0 - network) * f.calls * c.kernel_overhead_s
+    return compute_s, memory_s, network_s, overhead_s
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """Expected time on one device under one engine, from a calibration profile."""
+
+    constants: Constants
+    engine: str = "generic"
+    profile: str = "default"
+    name: str = "calibrated"
+
+    @classmethod
+    def for_device(cls, hardware: HardwareSpec, *, engine: str | Engine | None = None,
+                   calibration: str | Profile | None = None) -> Calibrated:
+        """The bundled profile (or a calibration file, or a fitted Profile) resolved for
+        ``hardware`` under ``engine`` (generic when None)."""
+        chosen = engine if isinstance(engine, Engine) else resolve_engine(engine)
+        profile = calibration if isinstance(calibration, Profile) else load_profile(calibration)
+        return cls(constants_for(profile, hardware, chosen), chosen.name, profile.name)
+
+    def op_time(self, op: Op, hardware: HardwareSpec, math_format: str) -> Timing:
+        compute_s, memory_s, network_s, overhead_s = priced_parts(
+            op_features(op, hardware, math_format), self.constants)
+        kernel_s = max(compute_s, memory_s)
+        parts = {"compute": compute_s, "memory": memory_s, "network": network_s,
+                 "overhead": overhead_s}
+        bound = max(parts, key=parts.__getitem__)
+        return Timing(kernel_s + network_s + overhead_s, compute_s, memory_s, network_s,
+                      overhead_s, bound, op.flops, op.memory_bytes, op.network)
+
+    def step_time(self, ledger: Ledger, hardware: HardwareSpec) -> StepTiming:
+        priced = tuple((op, self.op_time(op, hardware, math_format_for(op, ledger.math_format)))
+                       for op in ledger.ops)
+        step_s = self.constants.step_overhead_s
+        overhead = Timing(step_s, 0.0, 0.0, 0.0, step_s, "overhead", 0.0, 0.0, 0.0)
+        return StepTiming(sum_timings([t for _, t in priced] + [overhead]), priced)
+
+    def engine_steps(self, step: Step) -> tuple[Step, ...]:
+        """The forward passes the engine runs for ``step``: a prompt longer than the
+        engine's micro-batch (llama.cpp's n_ubatch) is split into consecutive chunks, each
+        attending to the chunks before it; other steps run as they are."""
+        return split_prefill(step, self.constants.prefill_ubatch_tokens)
+
+
+def split_prefill(step: Step, ubatch_tokens: int) -> tuple[Step, ...]:
+    """A one-group prompt step of more than ``ubatch_tokens`` new tokens, as chunks of at
+    most that many tokens in total; the logits stay with the last tokens."""
+    if not ubatch_tokens or len(step.groups) != 1 or step.new_tokens <= ubatch_tokens:
+        return (step,)
+    group = step.groups[0]
+    per_sequence = max(1, ubatch_tokens // group.count)
+    chunks = []
+    for start in range(0, group.new_tokens, per_sequence):
+        size = min(per_sequence, group.new_tokens - start)
+        logits = max(0, min(size, start + size - (group.new_tokens - group.logit_tokens)))
+        chunks.append(Step((SeqGroup(group.count, size, group.cached_tokens + start, logits),)))
+    return tuple(chunks)
+
+
+def engine_steps(cost_model: Any, step: Step) -> tuple[Step, ...]:
+    """The forward passes a cost model's engine runs for ``step`` (one, unless it says)."""
+    split = getattr(cost_model, "engine_steps", None)
+    return split(step) if split else (step,)
+
+
+def merge_step_timings(parts: list[StepTiming], ops: tuple[Op, ...]) -> StepTiming:
+    """Chunks of one step priced apart, summed per operator of the whole step's ledger
+    (``ops``), so the per-operator rows line up with the speed-of-light floor."""
+    by_key: dict[tuple[str, str], list[Timing]] = {}
+    for part in parts:
+        for op, timing in part.ops:
+            by_key.setdefault((op.name, op.layers), []).append(timing)
+    merged = tuple((op, sum_timings(by_key.get((op.name, op.layers), [])) if
+                    by_key.get((op.name, op.layers)) else _zero(op)) for op in ops)
+    return StepTiming(sum_timings([p.total for p in parts]), merged)
+
+
+def _zero(op: Op) -> Timing:
+    return Timing(0.0, 0.0, 0.0, 0.0, 0.0, "overhead", 0.0, 0.0, 0.0)

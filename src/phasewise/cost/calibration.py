@@ -1,0 +1,244 @@
+"""Calibration profiles: the calibrated cost model's constants, as data with provenance.
+
+A profile holds values at levels: ``global``; ``class:<device class>`` and
+``device:<catalog name>`` for device constants; ``engine:<name>`` and
+``engine:<name>/class:<device class>`` for engine constants. The most specific level
+present wins, then the prior from ``catalog/calibration/parameters.toml``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from phasewise.catalog._names import normalise
+from phasewise.errors import InputError, nearest_hint
+from phasewise.specs import HardwareSpec
+
+CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "catalog" / "calibration"
+PARAMETERS_PATH = CALIBRATION_DIR / "parameters.toml"
+ENGINES_PATH = CALIBRATION_DIR / "engines.toml"
+DEFAULT_PROFILE_PATH = CALIBRATION_DIR / "default.toml"
+GENERIC_ENGINE = "generic"
+
+
+@dataclass(frozen=True, slots=True)
+class Constants:
+    """Every constant the calibrated model uses for one device under one engine."""
+
+    gemm_fraction: float
+    bandwidth_fraction: float
+    bytes_half: float
+    gemm_efficiency: float
+    gemm_m_half: float
+    attention_efficiency: float
+    bandwidth_efficiency: float
+    dequant_bandwidth: float
+    dequant_compute: float
+    kernel_overhead_s: float
+    step_overhead_s: float
+    collective_overhead_s: float
+    link_efficiency: float
+    prefill_ubatch_tokens: int = 0
+
+
+PARAMETER_NAMES = tuple(f.name for f in fields(Constants) if f.name != "prefill_ubatch_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterDef:
+    name: str
+    level: str  # "device" | "engine"
+    prior: float
+    spread: float
+    by_class: bool
+    global_only: bool
+    unit: str
+    meaning: str
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    name: str
+    display_name: str
+    prefill_ubatch_tokens: int
+    aliases: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Fitted values by level key, each with the record of what it was fitted to."""
+
+    name: str
+    values: dict[str, dict[str, float]] = field(default_factory=dict)
+    records: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    fit: dict[str, Any] = field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple((k, tuple(sorted(v.items())))
+                                      for k, v in sorted(self.values.items()))))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{path}: not valid TOML ({err}); fix the calibration file.") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the calibration file ({err.strerror}).") from None
+
+
+@lru_cache(maxsize=1)
+def parameter_defs() -> dict[str, ParameterDef]:
+    doc = _read(PARAMETERS_PATH)
+    return {name: ParameterDef(name, str(d["level"]), float(d["prior"]), float(d["spread"]),
+                               bool(d.get("by_class", False)), bool(d.get("global_only", False)),
+                               str(d.get("unit", "")), str(d.get("meaning", "")))
+            for name, d in doc.items()}
+
+
+@lru_cache(maxsize=1)
+def engines() -> dict[str, Engine]:
+    return {name: Engine(name, str(d.get("display_name", name)),
+                         int(d.get("prefill_ubatch_tokens", 0)), tuple(d.get("aliases", ())),
+                         str(d.get("source", "")))
+            for name, d in _read(ENGINES_PATH).items()}
+
+
+def engine_names() -> list[str]:
+    return [name for name in engines() if name != "unrecorded"]
+
+
+def resolve_engine(name: str | None) -> Engine:
+    """An engine by name or alias ('TensorRT-LLM' -> trtllm); None is the generic engine."""
+    table = engines()
+    if name is None:
+        return table[GENERIC_ENGINE]
+    key = normalise(name)
+    for engine in table.values():
+        if key in {normalise(engine.name), *map(normalise, engine.aliases)}:
+            return engine
+    raise InputError(f"unknown engine '{name}'.{nearest_hint(name, engine_names())} "
+                     f"Choose one of {', '.join(engine_names())}.")
+
+
+def level_keys(hardware: HardwareSpec, engine: Engine, parameter: ParameterDef) -> list[str]:
+    """Level keys from most to least specific for one constant of one device and engine."""
+    cls = hardware.device_class
+    if parameter.level == "device":
+        keys = [] if parameter.global_only else [f"device:{hardware.name}", f"class:{cls}"]
+    elif engine.name == GENERIC_ENGINE:
+        keys = []
+    else:
+        keys = ([f"engine:{engine.name}/class:{cls}"] if parameter.by_class else []) + \
+            [f"engine:{engine.name}"]
+    return keys + ["global"]
+
+
+def constants_for(profile: Profile, hardware: HardwareSpec, engine: Engine) -> Constants:
+    """Each constant from the most specific level the profile holds, else its prior."""
+    values = {}
+    for name, parameter in parameter_defs().items():
+        values[name] = next((profile.values[key][name]
+                             for key in level_keys(hardware, engine, parameter)
+                             if name in profile.values.get(key, {})), parameter.prior)
+    return Constants(**values, prefill_ubatch_tokens=engine.prefill_ubatch_tokens)
+
+
+def prior_profile() -> Profile:
+    return Profile(name="prior")
+
+
+def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
+    """Read the nested TOML layout ([global], [class.X], [device.X], [engine.X],
+    [engine.X.class.Y]) into level keys, checking each constant name."""
+    known = parameter_defs()
+    values: dict[str, dict[str, float]] = {}
+    records: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def take(key: str, table: dict[str, Any]) -> None:
+        for name, entry in table.items():
+            if isinstance(entry, dict) and name == "class":
+                continue
+            if name not in known:
+                raise InputError(f"{origin}: [{key}] has unknown constant '{name}'."
+                                 f"{nearest_hint(name, list(known))} Known: {', '.join(known)}.")
+            record = entry if isinstance(entry, dict) else {"value": entry}
+            value = record.get("value")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0 \
+                    or not math.isfinite(value):
+                raise InputError(f"{origin}: [{key}] {name} needs a positive number value; fix it.")
+            values.setdefault(key, {})[name] = float(value)
+            records.setdefault(key, {})[name] = record
+
+    take("global", doc.get("global", {}))
+    for section, prefix in (("class", "class:"), ("device", "device:")):
+        for name, table in doc.get(section, {}).items():
+            take(prefix + name, table)
+    for name, table in doc.get("engine", {}).items():
+        take(f"engine:{name}", table)
+        for cls, sub in table.get("class", {}).items():
+            take(f"engine:{name}/class:{cls}", sub)
+    return Profile(name=str(doc.get("fit", {}).get("name", Path(origin).stem)), values=values,
+                   records=records, fit=dict(doc.get("fit", {})))
+
+
+@lru_cache(maxsize=16)
+def load_profile(path: str | None = None) -> Profile:
+    """The bundled default profile, or a user's calibration TOML; read once per process."""
+    where = Path(path).expanduser() if path else DEFAULT_PROFILE_PATH
+    if path and not where.is_file():
+        raise InputError(f"calibration file {path} does not exist; check the path.")
+    if not where.is_file():
+        return prior_profile()
+    return profile_from_document(_read(where), str(where))
+
+
+def profile_to_toml(profile: Profile) -> str:
+    """The nested layout profile_from_document reads, one inline table per constant."""
+    lines = ["# Calibrated cost model constants, fitted by `phasewise validate --write-calibration`.",
+             "# Each value records the measurements it was fitted to and the residual of those rows.",
+             ""]
+    if profile.fit:
+        lines += ["[fit]"] + [f"{k} = {_toml_value(v)}" for k, v in profile.fit.items()] + [""]
+    for key in sorted(profile.values, key=_level_order):
+        lines.append(f"[{_section(key)}]")
+        for name in sorted(profile.values[key]):
+            record = dict(profile.records.get(key, {}).get(name, {}))
+            record["value"] = profile.values[key][name]
+            ordered = {"value": record.pop("value"), **record}
+            inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in ordered.items())
+            lines.append(f"{name} = {{ {inner} }}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _level_order(key: str) -> tuple[int, str]:
+    order = ("global", "class:", "device:", "engine:")
+    return next(i for i, p in enumerate(order) if key.startswith(p)), key
+
+
+def _section(key: str) -> str:
+    if key == "global":
+        return "global"
+    if key.startswith("engine:"):
+        engine, _, cls = key.removeprefix("engine:").partition("/class:")
+        return f'engine."{engine}"' + (f".class.{cls}" if cls else "")
+    kind, _, name = key.partition(":")
+    return f'{kind}."{name}"'
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(float(f"{value:.6g}")) if isinstance(value, float) else str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'

@@ -1,0 +1,275 @@
+"""Fitting a calibration profile to measured times: least squares in log time (numpy only).
+
+Each constant is a chain of levels (DESIGN.md, cost models): for a device constant
+ln value = ln prior + δ_global + δ_class + δ_device; for an engine constant
+ln value = ln prior + δ_global + δ_engine + δ_engine×class. The fit minimises
+
+    Σ_rows ((ln predicted − ln measured) / σ_row)²  +  Σ_levels (δ / spread)²
+
+with Levenberg–Marquardt: the second sum is a ridge toward the parent level, so a level
+without measurements keeps its parent's value (a device no row mentions gets its class's,
+an engine with no rows the pooled one) and a level with few rows moves only as far as
+they pull it. Operators are priced with ``calibrated.priced_parts``, the same lines the
+estimate uses, on numpy columns of every operator of every row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Sequence
+
+import numpy as np
+
+from phasewise.cost.base import math_format_for
+from phasewise.cost.calibrated import OpFeatures, op_features, priced_parts
+from phasewise.cost.calibration import (GENERIC_ENGINE, Engine, ParameterDef, Profile,
+                                        level_keys, parameter_defs)
+from phasewise.ledger import Ledger
+from phasewise.specs import HardwareSpec
+
+# Typical size of a measurement's disagreement with any simple model (ln units, ~10%):
+# the scale that weighs a row's residual against a level's prior spread.
+ROW_SIGMA = 0.10
+# How far the global value may move from the prior (ln units): loose, the data decide.
+GLOBAL_SPREAD = 1.5
+FINITE_STEP = 1e-5
+MAX_ITERATIONS = 60
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A measured time and the forward passes whose priced times sum to it.
+
+    ``passes`` holds (weight, ledger) pairs; a device microbenchmark has none and names
+    its ``ceiling`` instead: "gemm" (seconds per FLOP at the best matmul rate in
+    ``math_format``) or "memory_bw" (seconds per byte at the best streaming bandwidth).
+    """
+
+    key: str
+    source: str
+    hardware: HardwareSpec
+    engine: Engine | None
+    measured_s: float
+    passes: tuple[tuple[float, Ledger], ...] = ()
+    ceiling: str = ""
+    math_format: str = ""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    profile: Profile
+    predicted_s: np.ndarray
+    log_residuals: np.ndarray
+    iterations: int
+    cost: float
+    observations: tuple[Observation, ...] = field(default=())
+
+
+class _Problem:
+    """Observations flattened to numpy columns, and the map from δ to constants."""
+
+    def __init__(self, observations: Sequence[Observation]) -> None:
+        self.observations = tuple(observations)
+        self.defs = parameter_defs()
+        self.params = list(self.defs)
+        contexts: dict[tuple[str, str], int] = {}
+        self.context_specs: list[tuple[HardwareSpec, Engine | None]] = []
+        columns: dict[str, list[float]] = {f: [] for f in OpFeatures.__slots__}
+        op_ctx, op_obs, op_weight = [], [], []
+        step_ctx, step_obs, step_weight = [], [], []
+        ceiling_obs, ceiling_ctx, ceiling_param, ceiling_scale = [], [], [], []
+        touched: dict[int, set[str]] = {}
+        for i, obs in enumerate(self.observations):
+            key = (obs.hardware.name, obs.engine.name if obs.engine else GENERIC_ENGINE)
+            if key not in contexts:
+                contexts[key] = len(contexts)
+                self.context_specs.append((obs.hardware, obs.engine))
+            ctx = contexts[key]
+            if obs.ceiling:
+                param = "gemm_fraction" if obs.ceiling == "gemm" else "bandwidth_fraction"
+                scale = (obs.hardware.peak_flops(obs.math_format) if obs.ceiling == "gemm"
+                         else obs.hardware.memory_bandwidth_bytes_per_s)
+                ceiling_obs.append(i), ceiling_ctx.append(ctx)
+                ceiling_param.append(self.params.index(param)), ceiling_scale.append(scale)
+                touched.setdefault(ctx, set()).add(param)
+                continue
+            touched.setdefault(ctx, set()).update(self.params)
+            for weight, ledger in obs.passes:
+                step_ctx.append(ctx), step_obs.append(i), step_weight.append(weight)
+                for op in ledger.ops:
+                    features = op_features(op, obs.hardware, math_format_for(op, ledger.math_format))
+                    for name in OpFeatures.__slots__:
+                        columns[name].append(getattr(features, name))
+                    op_ctx.append(ctx), op_obs.append(i), op_weight.append(weight)
+        self.features = OpFeatures(**{k: np.asarray(v, dtype=float) for k, v in columns.items()})
+        self.op_ctx, self.op_obs = np.asarray(op_ctx, int), np.asarray(op_obs, int)
+        self.op_weight = np.asarray(op_weight, float)
+        self.step_ctx, self.step_obs = np.asarray(step_ctx, int), np.asarray(step_obs, int)
+        self.step_weight = np.asarray(step_weight, float)
+        self.ceiling_obs, self.ceiling_ctx = np.asarray(ceiling_obs, int), np.asarray(ceiling_ctx, int)
+        self.ceiling_param = np.asarray(ceiling_param, int)
+        self.ceiling_scale = np.asarray(ceiling_scale, float)
+        self.measured = np.asarray([o.measured_s for o in self.observations], float)
+        self._build_slots(touched)
+
+    def _build_slots(self, touched: dict[int, set[str]]) -> None:
+        """One δ per (constant, level) some observation reaches; the chain matrix maps δ
+        to ln constants per context."""
+        slots: dict[tuple[str, str], int] = {}
+        chains: dict[tuple[int, int], list[int]] = {}
+        self.slot_chain: dict[int, list[int]] = {}  # a level and the levels above it
+        for ctx, (hardware, engine) in enumerate(self.context_specs):
+            for p, name in enumerate(self.params):
+                keys = level_keys(hardware, engine or _GENERIC, self.defs[name])[::-1]
+                if name not in touched.get(ctx, set()):
+                    keys = ["global"]
+                chain = [slots.setdefault((name, key), len(slots)) for key in keys]
+                chains[(ctx, p)] = chain
+                for depth, j in enumerate(chain):
+                    self.slot_chain.setdefault(j, chain[:depth + 1])
+        self.slots = list(slots)
+        n_ctx, n_param = len(self.context_specs), len(self.params)
+        self.chain = np.zeros((n_ctx * n_param, len(slots)))
+        for (ctx, p), chain in chains.items():
+            self.chain[ctx * n_param + p, chain] = 1.0
+        self.log_prior = np.tile([math.log(self.defs[n].prior) for n in self.params], n_ctx)
+        self.spread = np.array([GLOBAL_SPREAD if key == "global" else self.defs[name].spread
+                                for name, key in self.slots])
+        # rows each δ reaches, so a finite difference re-prices only those
+        slot_ctx = [np.nonzero(self.chain[:, j].reshape(n_ctx, n_param).any(axis=1))[0]
+                    for j in range(len(slots))]
+        self.slot_ops = [np.nonzero(np.isin(self.op_ctx, c))[0] for c in slot_ctx]
+        self.slot_steps = [np.nonzero(np.isin(self.step_ctx, c))[0] for c in slot_ctx]
+        self.slot_ceilings = [np.nonzero(np.isin(self.ceiling_ctx, c))[0] for c in slot_ctx]
+
+    def constants(self, delta: np.ndarray) -> np.ndarray:
+        """(contexts × constants) values for the level offsets ``delta``."""
+        return np.exp(self.log_prior + self.chain @ delta).reshape(len(self.context_specs), -1)
+
+    def op_seconds(self, values: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        f = self.features if rows is None else OpFeatures(
+            **{k: getattr(self.features, k)[rows] for k in OpFeatures.__slots__})
+        ctx = self.op_ctx if rows is None else self.op_ctx[rows]
+        consts = SimpleNamespace(**{name: values[ctx, p] for p, name in enumerate(self.params)})
+        compute, memory, network, overhead = priced_parts(
+            f, consts, maximum=np.maximum, equals=lambda a, b: (a == b).astype(float))
+        return np.maximum(compute, memory) + network + overhead
+
+    def predict(self, delta: np.ndarray) -> np.ndarray:
+        values = self.constants(delta)
+        n = len(self.observations)
+        step_overhead = values[self.step_ctx, self.params.index("step_overhead_s")]
+        times = (np.bincount(self.op_obs, self.op_weight * self.op_seconds(values), n)
+                 + np.bincount(self.step_obs, self.step_weight * step_overhead, n))
+        rate = values[self.ceiling_ctx, self.ceiling_param] * self.ceiling_scale
+        times[self.ceiling_obs] = 1.0 / rate
+        return times
+
+    def residuals(self, delta: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        rows = (np.log(predicted) - np.log(self.measured)) / ROW_SIGMA
+        return np.concatenate([rows, delta / self.spread])
+
+    def jacobian(self, delta: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        """d residual / d δ by forward differences, re-pricing only the rows a δ reaches."""
+        base_values = self.constants(delta)
+        base_ops = self.op_seconds(base_values)
+        n, n_slots = len(self.observations), len(self.slots)
+        jac = np.zeros((n + n_slots, n_slots))
+        step_p = self.params.index("step_overhead_s")
+        for j in range(n_slots):
+            bumped = delta.copy()
+            bumped[j] += FINITE_STEP
+            values = self.constants(bumped)
+            times = predicted.copy()
+            ops = self.slot_ops[j]
+            if len(ops):
+                change = self.op_weight[ops] * (self.op_seconds(values, ops) - base_ops[ops])
+                times += np.bincount(self.op_obs[ops], change, n)
+            steps = self.slot_steps[j]
+            if len(steps):
+                change = self.step_weight[steps] * (values[self.step_ctx[steps], step_p]
+                                                    - base_values[self.step_ctx[steps], step_p])
+                times += np.bincount(self.step_obs[steps], change, n)
+            ceil = self.slot_ceilings[j]
+            if len(ceil):
+                rate = values[self.ceiling_ctx[ceil], self.ceiling_param[ceil]] * \
+                    self.ceiling_scale[ceil]
+                times[self.ceiling_obs[ceil]] = 1.0 / rate
+            jac[:n, j] = (np.log(times) - np.log(predicted)) / FINITE_STEP / ROW_SIGMA
+            jac[n + j, j] = 1.0 / self.spread[j]
+        return jac
+
+
+_GENERIC = Engine(GENERIC_ENGINE, GENERIC_ENGINE, 0, (), "")
+
+
+def fit_profile(observations: Sequence[Observation], *, name: str = "fitted",
+                max_iterations: int = MAX_ITERATIONS) -> FitResult:
+    """The profile that best explains ``observations`` (maximum a posteriori, Gaussian in
+    log time, with the level priors of parameters.toml)."""
+    problem = _Problem(observations)
+    delta = np.zeros(len(problem.slots))
+    predicted = problem.predict(delta)
+    r = problem.residuals(delta, predicted)
+    cost, damping, iterations = float(r @ r), 1e-3, 0
+    for iterations in range(1, max_iterations + 1):
+        jac = problem.jacobian(delta, predicted)
+        normal = jac.T @ jac
+        gradient = jac.T @ r
+        improved = False
+        for _ in range(12):
+            lhs = normal + damping * np.diag(np.diag(normal) + 1e-12)
+            step = np.linalg.solve(lhs, -gradient)
+            trial = delta + step
+            trial_predicted = problem.predict(trial)
+            trial_r = problem.residuals(trial, trial_predicted)
+            trial_cost = float(trial_r @ trial_r)
+            if np.isfinite(trial_cost) and trial_cost < cost:
+                improved = True
+                damping = max(damping / 3, 1e-9)
+                break
+            damping *= 4
+        if not improved:
+            break
+        gain = cost - trial_cost
+        delta, predicted, r, cost = trial, trial_predicted, trial_r, trial_cost
+        if gain < 1e-9 * max(cost, 1.0):
+            break
+    jac = problem.jacobian(delta, predicted)
+    profile = _profile(problem, delta, predicted, jac, name)
+    log_res = np.log(predicted) - np.log(problem.measured)
+    return FitResult(profile, predicted, log_res, iterations, cost, problem.observations)
+
+
+def _profile(problem: _Problem, delta: np.ndarray, predicted: np.ndarray, jac: np.ndarray,
+             name: str) -> Profile:
+    """Full values per level (the chain summed down to it), each with the rows that
+    inform it, their sources, their RMS log residual and the value's log standard error."""
+    n = len(problem.observations)
+    log_res = np.log(predicted) - np.log(problem.measured)
+    try:
+        covariance = np.linalg.inv(jac.T @ jac)
+        log_sd = np.sqrt(np.clip(np.diag(covariance), 0.0, None))
+    except np.linalg.LinAlgError:
+        log_sd = np.full(len(delta), float("nan"))
+    values: dict[str, dict[str, float]] = {}
+    records: dict[str, dict[str, dict]] = {}
+    for j, (param, key) in enumerate(problem.slots):
+        chain = problem.slot_chain[j]
+        value = problem.defs[param].prior * math.exp(float(delta[chain].sum()))
+        informed = np.nonzero(np.abs(jac[:n, j]) > 1e-6 / ROW_SIGMA)[0]
+        sources = sorted({problem.observations[i].source for i in informed})
+        rms = float(np.sqrt(np.mean(log_res[informed] ** 2))) if len(informed) else 0.0
+        values.setdefault(key, {})[param] = value
+        records.setdefault(key, {})[param] = {
+            "rows": int(len(informed)), "sources": sources,
+            "rms_log_residual": round(rms, 4),
+            "log_sd": round(float(log_sd[j]), 4) if math.isfinite(log_sd[j]) else -1.0,
+        }
+    return Profile(name=name, values=values, records=records)
+
+
+def describe_parameter(parameter: ParameterDef) -> str:
+    return f"{parameter.name} ({parameter.unit}): {parameter.meaning}"

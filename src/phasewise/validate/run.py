@@ -1,0 +1,193 @@
+"""Fit and score: measurement rows to scenarios, scenarios to predictions, by source.
+
+Every prediction goes through ``phasewise.estimate`` with a ``Calibrated`` cost model, so
+the figure validate reports for a row is the figure ``phasewise estimate`` prints for it.
+The fit prices the same ledgers with the same formula (``cost.fit``); a test holds the two
+paths to each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from phasewise.cost.calibrated import Calibrated, split_prefill
+from phasewise.cost.calibration import Profile, load_profile
+from phasewise.cost.fit import FitResult, Observation, fit_profile
+from phasewise.errors import InputError
+from phasewise.estimate import estimate
+from phasewise.ledger import Step, build_ledger
+from phasewise.validate.measurements import MeasurementFile, Problem
+from phasewise.validate.scenario import (MappingError, Scenario, predicted_seconds,
+                                         predicted_value, scenario_for)
+
+PHASE_KINDS = ("prefill", "decode", "end_to_end")
+# As ``estimate`` averages decode: Simpson's rule over the first, middle and last context.
+SIMPSON_WEIGHTS = (1 / 6, 4 / 6, 1 / 6)
+CEILING_KINDS = ("gemm", "memory_bw")
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One row: what was measured, what phasewise expects, and the speed-of-light floor."""
+
+    record_id: str
+    source: str
+    phase: str
+    hardware: str
+    model: str
+    engine: str
+    metric: str
+    unit: str
+    measured: float
+    predicted: float
+    floor: float
+    measured_s: float
+    predicted_s: float
+    floor_s: float
+
+    @property
+    def error(self) -> float:
+        """Predicted over measured time, minus one (positive: expected slower)."""
+        return self.predicted_s / self.measured_s - 1.0
+
+    @property
+    def floor_error(self) -> float:
+        return self.floor_s / self.measured_s - 1.0
+
+
+@dataclass
+class Dataset:
+    scenarios: list[Scenario]
+    skipped: list[Problem] = field(default_factory=list)
+    excluded: list[Problem] = field(default_factory=list)
+    unknown_columns: list[str] = field(default_factory=list)
+
+
+def dataset(files: Sequence[MeasurementFile]) -> Dataset:
+    """Scenarios for every row that maps; a Problem for every row that does not, and for
+    every row its file marks excluded (kept out of fits and scores, and said so)."""
+    out = Dataset([])
+    for file in files:
+        out.skipped += [Problem(p.line, p.record_id, f"{_name(file.path)}: {p.reason}")
+                        for p in file.problems]
+        out.unknown_columns += [f"{_name(file.path)}: {c}" for c in file.unknown_columns]
+        for row in file.rows:
+            if row.exclude:
+                out.excluded.append(Problem(row.line, row.record_id, row.exclude))
+                continue
+            try:
+                out.scenarios.append(scenario_for(row))
+            except (MappingError, InputError) as err:
+                out.skipped.append(Problem(row.line, row.record_id, f"{_name(file.path)}: {err}"))
+    return out
+
+
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def scenario_steps(scenario: Scenario, ubatch_tokens: int) -> list[tuple[float, Step]]:
+    """The weighted forward passes whose times sum to the scenario's measured time, taken
+    as ``estimate`` takes them: the prefill step (in the engine's chunks), and decode at
+    the first, middle and last context averaged with Simpson's rule."""
+    w = scenario.workload
+    prefill = [(1.0, s) for s in split_prefill(Step.prefill(w.isl, batch=w.batch_size),
+                                               ubatch_tokens)]
+    first, last = w.isl, w.isl + max(w.osl - 2, 0)
+    decode = [(weight, Step.decode(w.batch_size, c))
+              for weight, c in zip(SIMPSON_WEIGHTS, (first, (first + last) // 2, last))]
+    if scenario.kind == "prefill":
+        return prefill
+    if scenario.kind == "decode":
+        return decode
+    return prefill + [((w.osl - 1) * weight, s) for weight, s in decode]
+
+
+def observation(scenario: Scenario) -> Observation:
+    if scenario.kind in CEILING_KINDS:
+        return Observation(scenario.record_id, scenario.source, scenario.hardware, None,
+                           scenario.measured_s, ceiling=scenario.kind,
+                           math_format=scenario.math_format)
+    ubatch = scenario.engine.prefill_ubatch_tokens if scenario.engine else 0
+    passes = tuple((weight, build_ledger(scenario.model, step, scenario.precision,
+                                         scenario.parallelism))
+                   for weight, step in scenario_steps(scenario, ubatch))
+    return Observation(scenario.record_id, scenario.source, scenario.hardware, scenario.engine,
+                       scenario.measured_s, passes)
+
+
+def fit(scenarios: Sequence[Scenario], *, name: str = "fitted") -> FitResult:
+    return fit_profile([observation(s) for s in scenarios], name=name)
+
+
+def predict(scenario: Scenario, profile: Profile) -> Prediction:
+    """The row's expected and floor figures, through ``estimate`` for phase rows."""
+    cost = Calibrated.for_device(scenario.hardware, engine=scenario.engine, calibration=profile)
+    if scenario.kind in CEILING_KINDS:
+        c = cost.constants
+        if scenario.kind == "gemm":
+            peak = scenario.hardware.peak_flops(scenario.math_format)
+            expected_s, floor_s = 1.0 / (peak * c.gemm_fraction), 1.0 / peak
+        else:
+            bandwidth = scenario.hardware.memory_bandwidth_bytes_per_s
+            expected_s, floor_s = 1.0 / (bandwidth * c.bandwidth_fraction), 1.0 / bandwidth
+        model = ""
+    else:
+        est = estimate(scenario.model, scenario.hardware, scenario.workload, scenario.precision,
+                       scenario.parallelism, cost=cost)
+        expected_s = predicted_seconds(scenario, est)
+        floor_s = predicted_seconds(scenario, est, floor=True)
+        model = scenario.model.name
+    return Prediction(
+        record_id=scenario.record_id, source=scenario.source, phase=scenario.phase,
+        hardware=scenario.hardware.name, model=model,
+        engine=scenario.engine.name if scenario.engine else "", metric=scenario.metric,
+        unit=scenario.unit, measured=scenario.value,
+        predicted=predicted_value(scenario, expected_s), floor=predicted_value(scenario, floor_s),
+        measured_s=scenario.measured_s, predicted_s=expected_s, floor_s=floor_s)
+
+
+def sources(scenarios: Sequence[Scenario]) -> list[str]:
+    return list(dict.fromkeys(s.source for s in scenarios))
+
+
+def match_source(name: str, known: Sequence[str]) -> str:
+    """A source by its full name, its short label, or a part of either (case-insensitive)."""
+    lowered = name.lower()
+    exact = [s for s in known if lowered in (s.lower(), short_source(s).lower())]
+    found = exact or [s for s in known if lowered in s.lower()]
+    if len(found) != 1:
+        listing = "; ".join(short_source(s) for s in known)
+        what = "matches several sources" if found else "matches no source"
+        raise InputError(f"--holdout-source '{name}' {what}; choose one of: {listing}.")
+    return found[0]
+
+
+def short_source(source: str) -> str:
+    """'Splitwise / SplitwiseSim profiling database (...)' -> 'Splitwise'."""
+    for cut in (" (", ": ", " / ", " README", " performance overview"):
+        source = source.split(cut)[0]
+    return source.strip()
+
+
+def in_sample(scenarios: Sequence[Scenario], profile: Profile | None = None) -> list[Prediction]:
+    """Every row scored with ``profile`` (the bundled calibration when None)."""
+    chosen = profile or load_profile()
+    return [predict(s, chosen) for s in scenarios]
+
+
+def holdout(scenarios: Sequence[Scenario], source: str) -> tuple[list[Prediction], FitResult]:
+    """Refit without ``source``'s rows, then score those rows."""
+    training = [s for s in scenarios if s.source != source]
+    held = [s for s in scenarios if s.source == source]
+    result = fit(training, name=f"without {short_source(source)}")
+    return [predict(s, result.profile) for s in held], result
+
+
+def leave_one_source_out(scenarios: Sequence[Scenario]) -> list[Prediction]:
+    """Every source held out in turn: each row predicted by a fit that never saw its source."""
+    predictions: list[Prediction] = []
+    for source in sources(scenarios):
+        predictions += holdout(scenarios, source)[0]
+    return predictions
