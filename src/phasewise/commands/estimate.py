@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from phasewise.commands._app import app, check_format, console, echo, ints, split_list
+from phasewise.commands._whatif import WhatIfFlags, fraction, priced_device, render_whatifs
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -34,33 +35,74 @@ def estimate(
                                        "(the speed-of-light floor is always shown)."),
     detail: bool = typer.Option(False, "--detail", help="Print the per-operator ledger."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
+    kv_keep: Optional[str] = typer.Option(None, "--kv-keep", help="Fraction of cached tokens the "
+                                          "KV cache keeps (eviction/compression), in (0, 1]."),
+    price: Optional[str] = typer.Option(None, "--price", help="US$ per device-hour: one number, "
+                                        "or DEVICE=PRICE pairs (default: catalog price)."),
+    what_if: Optional[list[str]] = typer.Option(None, "--what-if", help="A variant to set beside "
+                                                "the baseline, e.g. kv-dtype=fp8,kv-keep=0.5 "
+                                                "(repeatable)."),
+    draft: Optional[str] = typer.Option(None, "--draft", help="Speculative decoding with this "
+                                        "draft model (catalog name or config)."),
+    draft_head: Optional[str] = typer.Option(None, "--draft-head", help="Speculative decoding "
+                                             "with an EAGLE/MTP-style head costing this fraction "
+                                             "of the target's layers."),
+    spec_tokens: int = typer.Option(4, "--spec-tokens", help="Draft tokens per round (γ)."),
+    spec_accept: str = typer.Option("0.7", "--spec-accept",
+                                    help="Per-token acceptance rate α in [0, 1)."),
+    prefill_hardware: Optional[str] = typer.Option(None, "--prefill-hardware",
+                                                   help="Disaggregated serving: prefill pool device."),
+    decode_hardware: Optional[str] = typer.Option(None, "--decode-hardware",
+                                                  help="Disaggregated serving: decode pool device."),
+    prefill_pool: Optional[int] = typer.Option(None, "--prefill-pool", help="Prefill pool devices."),
+    decode_pool: Optional[int] = typer.Option(None, "--decode-pool", help="Decode pool devices."),
+    prefill_tp: Optional[int] = typer.Option(None, "--prefill-tp", help="TP of a prefill instance."),
+    decode_tp: Optional[int] = typer.Option(None, "--decode-tp", help="TP of a decode instance."),
+    link: Optional[str] = typer.Option(None, "--link", help="Catalog link for the KV transfer "
+                                       "(`phasewise catalog links`)."),
+    link_bandwidth: Optional[str] = typer.Option(None, "--link-bandwidth",
+                                                 help="KV-transfer link, GB/s per direction."),
+    link_latency: Optional[str] = typer.Option(None, "--link-latency",
+                                               help="KV-transfer link latency, µs."),
 ) -> None:
     """Estimate prefill and decode for one model on one device (comma lists sweep)."""
     from phasewise.cost.registry import DEFAULT_COST_MODEL
     from phasewise.estimate import estimate as run_estimate
     from phasewise.report.estimate_view import estimate_row, estimate_table, sweep_table
     from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.report.whatif_view import cost_energy_row, cost_energy_table
     from phasewise.specs import Parallelism, Precision, Workload
 
     check_format(fmt)
-    precision = Precision(weight_dtype, act_dtype, kv_dtype)
+    keep = fraction(kv_keep, "--kv-keep")
+    precision = Precision(weight_dtype, act_dtype, kv_dtype, 1.0 if keep is None else keep)
+    whatifs = WhatIfFlags(what_if=what_if, draft=draft, draft_head=draft_head,
+                          spec_tokens=spec_tokens, spec_accept=spec_accept,
+                          prefill_hardware=prefill_hardware, decode_hardware=decode_hardware,
+                          prefill_pool=prefill_pool, decode_pool=decode_pool,
+                          prefill_tp=prefill_tp, decode_tp=decode_tp, link=link,
+                          link_bandwidth=link_bandwidth, link_latency=link_latency)
     grid = itertools.product(split_list(model, "--model", str),
                              split_list(hardware, "--hardware", str), ints(isl, "--isl"),
                              ints(osl, "--osl"), ints(batch_size, "--batch-size"), ints(tp, "--tp"))
     results = [
-        run_estimate(m, h, Workload(i, o, b), precision, Parallelism(t, pp, ep),
-                     cost=cost or DEFAULT_COST_MODEL, detail=detail)
+        run_estimate(m, priced_device(h, price), Workload(i, o, b), precision,
+                     Parallelism(t, pp, ep), cost=cost or DEFAULT_COST_MODEL, detail=detail)
         for m, h, i, o, b, t in grid
     ]
+    if whatifs.any:
+        render_whatifs(whatifs, results, model, hardware, price, precision,
+                       cost or DEFAULT_COST_MODEL, fmt)
+        return
     if fmt == "json":
         docs = [r.model_dump(mode="json") for r in results]
         echo(to_json(docs[0] if len(docs) == 1 else _sweep_document(docs)))
     elif fmt == "csv":
-        echo(rows_to_csv(estimate_row(r) for r in results))
+        echo(rows_to_csv(estimate_row(r) | cost_energy_row(r) for r in results))
     elif fmt == "md":
-        echo(rows_to_markdown(estimate_row(r) for r in results))
+        echo(rows_to_markdown(estimate_row(r) | cost_energy_row(r) for r in results))
     elif len(results) == 1:
-        console().print(estimate_table(results[0]))
+        console().print(estimate_table(results[0]), cost_energy_table(results[0]))
     else:
         console().print(sweep_table(results))
 

@@ -180,7 +180,8 @@ def _colocated(model: ModelSpec, device: HardwareSpec, cost_model: CostModel,
         hardware=device.name, tp=par.tp, requests_per_s_per_device=rate, ttft_s=single,
         tpot_s=tpot / (1 - prefill_share / per_request_s),
         usd_per_million_tokens=_per_million(price, rate * (workload.isl + workload.osl))
-        if price is not None else None)
+        if price is not None else None,
+        fits=estimate(model, device, workload, precision, par).memory.fits)
 
 
 def _fits(model: ModelSpec, pre_dev: HardwareSpec, dec_dev: HardwareSpec, workload: Workload,

@@ -229,6 +229,7 @@ class ColocatedResult(_Frozen):
     ttft_s: float
     tpot_s: float  # decode steps stretched by the prefills they share the device with
     usd_per_million_tokens: float | None  # input plus output tokens
+    fits: bool
 
 
 class DisaggReport(_Document):
