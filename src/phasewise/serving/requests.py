@@ -180,6 +180,16 @@ def synthetic(n: int, input_lengths: Lengths, output_lengths: Lengths,
     return Requests(isl, osl, arrival_s, prefix if prefix_hit_rate else None)
 
 
+def open_loop(n: int, input_lengths: Lengths, output_lengths: Lengths, rng: np.random.Generator,
+              *, kind: str = "poisson", rate_per_s: float, cv: float = 1.0,
+              prefix_hit_rate: float = 0.0) -> Requests:
+    """Lengths first, then arrival gaps, from one generator: runs that differ only in the
+    rate draw the same lengths and the same gaps, scaled (common random numbers)."""
+    drawn = synthetic(n, input_lengths, output_lengths, rng, prefix_hit_rate=prefix_hit_rate)
+    times = arrivals(kind, rate_per_s, n, rng, cv=cv)
+    return Requests(drawn.input_tokens, drawn.output_tokens, times, drawn.prefix_tokens)
+
+
 # ---------------------------------------------------------------- trace replay
 
 TRACE_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")

@@ -1,0 +1,316 @@
+"""`phasewise simulate`: a discrete-event simulation of a server under a request stream."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from typing import Any, Optional
+
+import typer
+
+from phasewise.commands._app import app, check_format, console, echo, ints, split_list
+from phasewise.errors import InputError
+
+DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_HARDWARE = "h100-sxm"
+# Runs this long (in requests) show a progress bar on a terminal.
+PROGRESS_MIN_REQUESTS = 2000
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(us|µs|ms|s)?\s*$", re.IGNORECASE)
+_UNIT_S = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1e-3}
+
+
+@app.command()
+def simulate(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Catalog name, config.json "
+                              "path or folder, or a Hugging Face repo id in the local cache."),
+    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H", help="Catalog device or "
+                                 "TOML sheet (the prefill pool's when disaggregated)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree inside a replica."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree inside a replica."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree inside a replica (MoE)."),
+    replicas: int = typer.Option(1, "--replicas", help="Replicas behind the load balancer."),
+    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="Weight format."),
+    act_dtype: str = typer.Option("bf16", "--act-dtype", help="Activation format."),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache format."),
+    cost: Optional[str] = typer.Option(None, "--cost", help="Cost model pricing each step."),
+    scheduler: str = typer.Option("continuous", "--scheduler", help="static, continuous, "
+                                  "chunked or disaggregated; a comma list sweeps."),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences in flight per replica."),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens", help="Tokens computed per step (chunked: the budget; "
+        "default 2048 chunked, else the longest request or 2048)."),
+    block_size: int = typer.Option(16, "--block-size", help="KV-cache page size in tokens."),
+    load_balancer: str = typer.Option("least-outstanding", "--load-balancer",
+                                      help="round-robin or least-outstanding."),
+    prefill_replicas: Optional[int] = typer.Option(None, "--prefill-replicas",
+                                                   help="Disaggregated: prefill instances."),
+    decode_replicas: Optional[int] = typer.Option(None, "--decode-replicas",
+                                                  help="Disaggregated: decode instances."),
+    decode_hardware: Optional[str] = typer.Option(None, "--decode-hardware",
+                                                  help="Disaggregated: the decode pool's device."),
+    prefill_tp: Optional[int] = typer.Option(None, "--prefill-tp", help="Disaggregated: TP of "
+                                             "a prefill instance (default --tp)."),
+    decode_tp: Optional[int] = typer.Option(None, "--decode-tp", help="Disaggregated: TP of a "
+                                            "decode instance (default --tp)."),
+    kv_link: str = typer.Option("infiniband-ndr-400", "--kv-link",
+                                help="Link KV moves over, prefill to decode (catalog links)."),
+    num_requests: int = typer.Option(1000, "--num-requests", "-n", help="Requests to send."),
+    request_rate: Optional[str] = typer.Option(None, "--rate", help="Open loop: requests per "
+                                               "second; a comma list sweeps."),
+    arrival: str = typer.Option("poisson", "--arrival", help="poisson, gamma or constant."),
+    cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),
+    clients: Optional[str] = typer.Option(None, "--clients", help="Closed loop: concurrent "
+                                          "clients; a comma list sweeps."),
+    think_time: str = typer.Option("0", "--think-time", help="Closed loop: pause between a "
+                                   "client's answer and its next request (e.g. 500ms)."),
+    isl: str = typer.Option("1024", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
+                            "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
+    osl: str = typer.Option("256", "--osl", help="Output tokens, as --isl."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="Replay a CSV/JSONL trace "
+                                        "(arrival_s, input_tokens, output_tokens)."),
+    prefix_hit_rate: float = typer.Option(0.0, "--prefix-hit-rate", help="Share of each prompt "
+                                          "the prefix cache already holds."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the request stream."),
+    ttft: Optional[str] = typer.Option(None, "--ttft", help="TTFT SLO (200ms, 1.5s; a bare "
+                                       "number is milliseconds)."),
+    tpot: Optional[str] = typer.Option(None, "--tpot", help="TPOT SLO, as --ttft."),
+    slo_percentile: float = typer.Option(90.0, "--slo-percentile",
+                                         help="Share of requests (%) that must meet the SLOs."),
+    bucket_tokens: int = typer.Option(16, "--bucket-tokens", help="Contexts are rounded to this "
+                                      "many tokens when steps are priced (1: exact)."),
+    memory_budget: float = typer.Option(4.0, "--memory-budget", help="GiB of simulator state "
+                                        "a run may hold."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
+    requests_out: Optional[str] = typer.Option(None, "--requests-out",
+                                               help="Write one JSON line per request."),
+    trace_out: Optional[str] = typer.Option(None, "--trace-out",
+                                            help="Write a Chrome/Perfetto trace of the steps."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Write PNG and HTML plots here."),
+    progress: bool = typer.Option(True, "--progress/--no-progress",
+                                  help="A progress bar on long runs (terminal only)."),
+) -> None:
+    """Simulate serving a request stream: queueing, batching, KV memory, tail latency."""
+    from phasewise.serving import ClosedLoop, Slo
+    from phasewise.specs import Parallelism, Precision
+
+    check_format(fmt)
+    server_args = dict(
+        model=model, precision=Precision(weight_dtype, act_dtype, kv_dtype),
+        max_seqs=max_num_seqs, max_batched_tokens=max_num_batched_tokens, block_tokens=block_size,
+        load_balancer=load_balancer, kv_link=kv_link)
+    pools = _pools(hardware, decode_hardware, Parallelism(tp, pp, ep), prefill_tp, decode_tp,
+                   replicas, prefill_replicas, decode_replicas)
+    loads = _loads(request_rate, clients, trace, _duration_s(think_time, "--think-time"))
+    slo = None
+    if ttft is not None or tpot is not None:
+        if not 0 < slo_percentile <= 100:
+            raise InputError(f"--slo-percentile {slo_percentile}: give a share in (0, 100].")
+        slo = Slo(_duration_s(ttft, "--ttft"), _duration_s(tpot, "--tpot"), slo_percentile)
+    runs = list(itertools.product(split_list(scheduler, "--scheduler", str), loads))
+    single = len(runs) == 1
+    if not single and (requests_out or trace_out):
+        raise InputError("--requests-out and --trace-out need a single run; give one "
+                         "--scheduler and one --rate or --clients value.")
+    stream = dict(num_requests=num_requests, isl=isl, osl=osl, arrival=arrival, cv=cv, seed=seed,
+                  prefix_hit_rate=prefix_hit_rate)
+    results = []
+    for name, load in runs:
+        server = _server(name, pools, server_args, cost)
+        requests, workload = _requests(load, stream)
+        closed = ClosedLoop(load["clients"], load["think_s"]) if load.get("clients") else None
+        results.append(_run(server, requests, closed, workload, slo, bucket_tokens,
+                            memory_budget, progress and single))
+    _render(results, fmt, slo, requests_out, trace_out, plot)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _duration_s(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    match = _DURATION.match(str(text))
+    if not match:
+        raise InputError(f"{flag} {text}: give a duration such as 200ms, 1.5s or 500 "
+                         "(milliseconds).")
+    return float(match.group(1)) * _UNIT_S[match.group(2).lower() if match.group(2) else None]
+
+
+def _pools(hardware: str, decode_hardware: str | None, par: Any, prefill_tp: int | None,
+           decode_tp: int | None, replicas: int, prefill_replicas: int | None,
+           decode_replicas: int | None) -> dict:
+    import dataclasses
+
+    from phasewise.serving import Pool
+
+    front_par = dataclasses.replace(par, tp=prefill_tp) if prefill_tp else par
+    back_par = dataclasses.replace(par, tp=decode_tp) if decode_tp else par
+    return {"colocated": Pool(hardware, par, replicas),
+            "prefill": Pool(hardware, front_par, prefill_replicas or replicas),
+            "decode": Pool(decode_hardware or hardware, back_par, decode_replicas or replicas)}
+
+
+def _loads(rate_text: str | None, clients_text: str | None, trace: str | None,
+           think_s: float | None) -> list[dict]:
+    given = [flag for flag, v in (("--rate", rate_text), ("--clients", clients_text),
+                                  ("--trace", trace)) if v is not None]
+    if len(given) > 1:
+        raise InputError(f"{' and '.join(given)} each set the load; give one of them.")
+    if trace is not None:
+        return [{"trace": trace}]
+    if clients_text is not None:
+        return [{"clients": c, "think_s": think_s or 0.0}
+                for c in _positive(ints(clients_text, "--clients"), "--clients")]
+    rates = split_list(rate_text or "4", "--rate", float)
+    return [{"rate": r} for r in _positive(rates, "--rate")]
+
+
+def _positive(values: list, flag: str) -> list:
+    for v in values:
+        if not v > 0:
+            raise InputError(f"{flag} {v}: give positive values.")
+    return values
+
+
+def _server(name: str, pools: dict, server_args: dict, cost: str | None) -> Any:
+    from phasewise.cost.registry import DEFAULT_COST_MODEL
+    from phasewise.serving import Server
+    from phasewise.serving.schedulers import scheduler
+
+    disaggregated = scheduler(name).disaggregated
+    return Server(pool=pools["prefill" if disaggregated else "colocated"],
+                  decode_pool=pools["decode"] if disaggregated else None, scheduler=name,
+                  cost=cost or DEFAULT_COST_MODEL, **server_args)
+
+
+def _requests(load: dict, stream: dict) -> tuple[Any, dict]:
+    import numpy as np
+
+    from phasewise.serving import load_trace, parse_lengths, synthetic
+    from phasewise.serving.requests import open_loop
+
+    if "trace" in load:
+        requests = load_trace(load["trace"])
+        return requests, {"trace": load["trace"], "num_requests": len(requests)}
+    n = stream["num_requests"]
+    rng = np.random.default_rng(stream["seed"])
+    input_lengths = parse_lengths(stream["isl"], "--isl")
+    output_lengths = parse_lengths(stream["osl"], "--osl")
+    workload = {"num_requests": n, "isl": stream["isl"], "osl": stream["osl"],
+                "seed": stream["seed"], "prefix_hit_rate": stream["prefix_hit_rate"]}
+    if "clients" in load:
+        requests = synthetic(n, input_lengths, output_lengths, rng,
+                             prefix_hit_rate=stream["prefix_hit_rate"])
+        return requests, {**workload, "clients": load["clients"], "think_time_s": load["think_s"]}
+    requests = open_loop(n, input_lengths, output_lengths, rng, kind=stream["arrival"],
+                         rate_per_s=load["rate"], cv=stream["cv"],
+                         prefix_hit_rate=stream["prefix_hit_rate"])
+    return requests, {**workload, "arrival": stream["arrival"], "rate_rps": load["rate"],
+                      "cv": stream["cv"] if stream["arrival"] == "gamma" else None}
+
+
+# ---------------------------------------------------------------- running and rendering
+
+
+def _run(server: Any, requests: Any, closed: Any, workload: dict, slo: Any, bucket_tokens: int,
+         memory_budget_gib: float, show_progress: bool) -> tuple:
+    from phasewise.serving import request_metrics, simulate, summarize
+
+    kwargs = dict(closed_loop=closed, bucket_tokens=bucket_tokens,
+                  memory_budget_bytes=memory_budget_gib * 2**30)
+    if show_progress and sys.stderr.isatty() and len(requests) >= PROGRESS_MIN_REQUESTS:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"simulating {server.scheduler}", total=len(requests))
+            sim = simulate(server, requests,
+                           progress=lambda done, total: bar.update(task, completed=done), **kwargs)
+    else:
+        sim = simulate(server, requests, **kwargs)
+    metrics = request_metrics(sim)
+    return sim, metrics, summarize(sim, slo=slo, workload=workload, metrics=metrics)
+
+
+def _render(results: list[tuple], fmt: str, slo: Any, requests_out: str | None,
+            trace_out: str | None, plot: str | None) -> None:
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json, write_atomic
+    from phasewise.report.serving_view import summary_table, sweep_row, sweep_table
+
+    summaries = [s for _, _, s in results]
+    if requests_out:
+        import json
+
+        rows = results[0][1].rows()
+        write_atomic(requests_out, "".join(json.dumps(r) + "\n" for r in rows))
+    if trace_out:
+        import json
+
+        from phasewise.report.serving_view import chrome_trace
+
+        write_atomic(trace_out, json.dumps(chrome_trace(results[0][0]), separators=(",", ":")))
+    if plot:
+        _plots(results, plot)
+    if fmt == "json":
+        docs = [s.model_dump(mode="json") for s in summaries]
+        echo(to_json(docs[0] if len(docs) == 1 else _sweep_document(docs, summaries, slo)))
+    elif fmt == "csv":
+        echo(rows_to_csv(sweep_row(s) for s in summaries))
+    elif fmt == "md":
+        echo(rows_to_markdown(sweep_row(s) for s in summaries))
+    else:
+        console().print(summary_table(summaries[0]) if len(summaries) == 1
+                        else sweep_table(summaries))
+        if slo is not None and len(summaries) > 1:
+            echo(_sweep_verdict(summaries, slo))
+
+
+def _plots(results: list[tuple], folder: str) -> None:
+    from pathlib import Path
+
+    from phasewise.report.serving_view import plot_latencies, plot_load, plot_sweep
+
+    out = Path(folder)
+    if len(results) == 1:
+        sim, metrics, summary = results[0]
+        name = f"{summary.inputs.model}, {summary.inputs.scheduler}"
+        plot_latencies(metrics, out / "latency", f"Latency distributions: {name}")
+        plot_load(sim, out / "load", f"Queue, batch and KV cache over time: {name}")
+    else:
+        summaries = [s for _, _, s in results]
+        plot_sweep(summaries, out / "sweep", f"Latency and throughput against load: "
+                                             f"{summaries[0].inputs.model}")
+
+
+def _sweep_verdict(summaries: list[Any], slo: Any) -> str:
+    """The highest load meeting the SLOs (DistServe's goodput), or why none does."""
+    met = [s for s in summaries if s.slo.met]
+    targets = ", ".join(t for t in (f"TTFT ≤ {slo.ttft_s * 1e3:g} ms" if slo.ttft_s else "",
+                                    f"TPOT ≤ {slo.tpot_s * 1e3:g} ms" if slo.tpot_s else "") if t)
+    if not met:
+        best = max(summaries, key=lambda s: s.slo.attainment)
+        reasons = sorted({r for s in summaries for r in s.slo.unreachable})
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        return (f"No configuration in the sweep meets {targets} for {slo.percentile:g}% of "
+                f"requests{why}; the best reaches {100 * best.slo.attainment:.1f}% "
+                f"({best.inputs.scheduler}, {_load_label(best)}).")
+    best = max(met, key=lambda s: (s.requests_per_s, s.slo.goodput_rps))
+    return (f"Highest load meeting {targets} for {slo.percentile:g}% of requests: "
+            f"{best.inputs.scheduler} at {_load_label(best)} "
+            f"({best.slo.goodput_rps:,.2f} good req/s).")
+
+
+def _load_label(s: Any) -> str:
+    w = s.inputs.workload
+    return f"{w['rate_rps']:g} req/s" if w.get("rate_rps") else \
+        f"{w['clients']} clients" if w.get("clients") else "the trace"
+
+
+def _sweep_document(docs: list[dict], summaries: list[Any], slo: Any) -> dict:
+    from phasewise import __version__
+    from phasewise.serving.types import SCHEMA_VERSION
+
+    document = {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "runs": docs}
+    if slo is not None:
+        document["verdict"] = _sweep_verdict(summaries, slo)
+    return document
