@@ -3,18 +3,22 @@
 For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
 
     compute_s = FLOPs / (peak · gemm_fraction · e)
-        e = gemm_efficiency · m / (m + gemm_m_half) · (dequant_compute if block-quantized)
+        e = gemm_efficiency · m / (m + gemm_m_half · ridge) · (dequant_compute if block-quantized)
             for GEMMs, attention_efficiency for attention, 1 for elementwise work
     memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
                  · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights))
         i.e. bandwidth ramps as s / (s + bytes_half) with s the bytes per call
     time_s    = max(compute_s, memory_s) + calls · kernel_overhead_s
-    collectives: bytes / (link bandwidth · link_efficiency) + hops · link latency
-                 + calls · collective_overhead_s
+    collectives: bytes / (link bandwidth · link_efficiency)
+                 + hops · link latency · link_latency_factor + calls · kernel_overhead_s
     step      = Σ operators + step_overhead_s
 
-``gemm_fraction`` and ``bandwidth_fraction`` belong to the device (what its best kernels
-reach), the rest to the engine. The formula is written once, in ``priced_parts``, for
+The GEMM's shape term counts m (tokens per call) against the device's ridge point
+(peak FLOP/s ÷ bandwidth, FLOP per byte): a 16-bit GEMM of m tokens does about m FLOPs per
+weight byte, so it turns compute-bound near m = ridge, and a kernel well below that is
+limited by the bytes it reads on any device, whatever its peak. ``gemm_fraction`` and
+``bandwidth_fraction`` belong to the device (what its best kernels reach), the rest to
+the engine. The formula is written once, in ``priced_parts``, for
 scalars and numpy arrays alike, so the fit prices operators exactly as estimates do.
 """
 
@@ -52,6 +56,7 @@ class OpFeatures:
     network_bytes: Any
     hops: Any
     peak_flops_per_s: Any
+    ridge_flops_per_byte: Any
     bandwidth_bytes_per_s: Any
     link_bytes_per_s: Any
     link_latency_s: Any
@@ -64,9 +69,11 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str) -> OpFeatures:
         link = link_for(hardware)
         link_bw, link_latency = link.bandwidth_bytes_per_s, link.latency_s
     peak = hardware.vector_flops if kind == KIND_ELEMENTWISE else hardware.peak_flops(math_format)
+    bandwidth = hardware.memory_bandwidth_bytes_per_s
+    ridge = hardware.peak_flops(math_format) / bandwidth if kind == KIND_GEMM else 1.0
     return OpFeatures(kind, op.flops, op.memory_bytes, op.calls, op.m,
                       1.0 if _dequantized(op, math_format) else 0.0, op.network, op.hops,
-                      peak, hardware.memory_bandwidth_bytes_per_s, link_bw, link_latency)
+                      peak, ridge, bandwidth, link_bw, link_latency)
 
 
 def _dequantized(op: Op, math_format: str) -> bool:
@@ -84,7 +91,7 @@ def priced_parts(f: OpFeatures, c: Any, *, maximum: Callable = max,
     same lines price one operator or a numpy column of thousands."""
     gemm, attention = equals(f.kind, KIND_GEMM), equals(f.kind, KIND_ATTENTION)
     elementwise, network = equals(f.kind, KIND_ELEMENTWISE), equals(f.kind, KIND_COMMUNICATION)
-    shape = f.m / (f.m + c.gemm_m_half)
+    shape = f.m / (f.m + c.gemm_m_half * f.ridge_flops_per_byte)
     dequant_compute = 1.0 + f.dequantized * (c.dequant_compute - 1.0)
     efficiency = (gemm * c.gemm_efficiency * shape * dequant_compute * c.gemm_fraction
                   + attention * c.attention_efficiency * c.gemm_fraction + elementwise + network)
@@ -94,8 +101,8 @@ def priced_parts(f: OpFeatures, c: Any, *, maximum: Callable = max,
                  * dequant_bandwidth)
     memory_s = (1.0 - network) * (f.memory_bytes + f.calls * c.bytes_half) / bandwidth
     network_s = network * (f.network_bytes / (f.link_bytes_per_s * c.link_efficiency)
-                           + f.hops * f.link_latency_s + f.calls * c.collective_overhead_s)
-    overhead_s = (1.0 - network) * f.calls * c.kernel_overhead_s
+                           + f.hops * f.link_latency_s * c.link_latency_factor)
+    overhead_s = f.calls * c.kernel_overhead_s
     return compute_s, memory_s, network_s, overhead_s
 
 

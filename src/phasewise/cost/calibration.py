@@ -41,7 +41,7 @@ class Constants:
     dequant_compute: float
     kernel_overhead_s: float
     step_overhead_s: float
-    collective_overhead_s: float
+    link_latency_factor: float
     link_efficiency: float
     prefill_ubatch_tokens: int = 0
 

@@ -1,0 +1,90 @@
+"""`phasewise validate`: how right the estimates are, against published measurements."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from phasewise.commands._app import app, check_format, console, echo
+
+
+@app.command()
+def validate(
+    measurements: Optional[list[Path]] = typer.Option(
+        None, "--measurements", help="Measurements CSV (repeatable); default: the bundled ones."),
+    holdout_source: Optional[str] = typer.Option(
+        None, "--holdout-source", help="Refit without this source and score its rows only."),
+    leave_one_source_out: bool = typer.Option(
+        False, "--leave-one-source-out",
+        help="Hold out every source in turn (each row scored by a fit that never saw its "
+             "source): the honest figure."),
+    refit: bool = typer.Option(False, "--refit",
+                               help="Score a fit to these same rows (in-sample)."),
+    calibration: Optional[str] = typer.Option(
+        None, "--calibration", help="Score this calibration profile instead of the bundled one."),
+    write_calibration: Optional[Path] = typer.Option(
+        None, "--write-calibration", help="Fit every row and write the profile (TOML) here."),
+    rows: bool = typer.Option(False, "--rows", help="Print every row, not the summary."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Write the predicted-vs-measured scatter (PNG and HTML) to DIR."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
+) -> None:
+    """Accuracy per source and phase, calibrated model and speed of light side by side."""
+    from phasewise.validate.measurements import load_bundled, load_measurements
+    from phasewise.validate.report import run_validation
+
+    check_format(fmt)
+    if sum(map(bool, (holdout_source, leave_one_source_out, refit, calibration))) > 1:
+        from phasewise.errors import InputError
+
+        raise InputError("choose one of --holdout-source, --leave-one-source-out, --refit and "
+                         "--calibration.")
+    files = [load_measurements(p) for p in measurements] if measurements else load_bundled()
+    outcome = run_validation(files, holdout_source=holdout_source,
+                             leave_one_source_out=leave_one_source_out, refit=refit,
+                             calibration=calibration, write_calibration=write_calibration)
+    _render(outcome, fmt, rows)
+    if plot is not None:
+        from phasewise.validate.plot import scatter
+
+        png, html = scatter(outcome.predictions, plot / "validate",
+                            title=f"phasewise validate ({outcome.mode})")
+        sys.stderr.write(f"wrote {png} and {html}\n")
+    for line in outcome.summary_lines():
+        sys.stderr.write(line + "\n")
+
+
+def _render(outcome, fmt: str, rows: bool) -> None:  # noqa: ANN001 - a ValidationOutcome
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.validate.score import prediction_rows, score_rows
+
+    if fmt == "json":
+        echo(to_json(outcome.document()))
+        return
+    table = (prediction_rows(outcome.predictions) if rows
+             else score_rows(outcome.scores, as_text=fmt != "csv"))
+    if fmt == "csv":
+        echo(rows_to_csv(table))
+    elif fmt == "md":
+        echo(rows_to_markdown(table))
+    else:
+        from rich.table import Table
+
+        view = Table(title=f"phasewise validate: {outcome.mode} (error = predicted / measured "
+                           "time − 1)")
+        for column in (table[0] if table else {}):
+            view.add_column(column, justify="left" if column in ("source", "phase", "record_id",
+                                                                 "hardware", "model", "engine",
+                                                                 "metric", "unit") else "right")
+        for row in table:
+            view.add_row(*(_cell(v) for v in row.values()))
+        console().print(view)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
