@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from phasewise import __version__
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost import CostModel, SpeedOfLight, StepTiming
+from phasewise.cost.calibrated import engine_steps, merge_step_timings
 from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
 from phasewise.estimate.cost_energy import cost_energy
 from phasewise.estimate.types import (Estimate, HardwareSummary, Inputs, MemoryReport,
@@ -38,16 +39,19 @@ class _Priced:
 def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | str = "h100-sxm",
              workload: Workload = Workload(), precision: Precision = Precision(),
              parallelism: Parallelism = Parallelism(), *, cost: str | CostModel = DEFAULT_COST_MODEL,
-             detail: bool = False) -> Estimate:
+             detail: bool = False, engine: str | None = None,
+             calibration: str | None = None) -> Estimate:
     """TTFT, TPOT, throughput and memory for ``workload`` on ``parallelism.devices`` devices.
 
     Prefill is one step of ``batch_size`` prompts; decode is priced at the first, middle and
     last context and averaged with Simpson's rule (exact while step time is piecewise
-    linear in the context, as it is here).
+    linear in the context, as it is here). ``engine`` and ``calibration`` (a profile file)
+    choose the calibrated model's constants.
     """
     spec = load_model(model) if isinstance(model, str) else model
     device = load_hardware(hardware) if isinstance(hardware, str) else hardware
-    cost_model = cost_model_for(cost, device) if isinstance(cost, str) else cost
+    cost_model = (cost_model_for(cost, device, engine=engine, calibration=calibration)
+                  if isinstance(cost, str) else cost)
     device.peak_flops(precision.math_format)  # a clear error when the format is missing
     b, isl, osl = workload.batch_size, workload.isl, workload.osl
 
@@ -93,7 +97,14 @@ def _price(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,
            device: HardwareSpec, cost_model: CostModel) -> _Priced:
     ledger = build_ledger(model, step, precision, par)
     floor = _SOL.step_time(ledger, device)
-    expected = floor if cost_model.name == _SOL.name else cost_model.step_time(ledger, device)
+    passes = engine_steps(cost_model, step)  # an engine may run a long prompt in chunks
+    if cost_model.name == _SOL.name:
+        expected = floor
+    elif len(passes) == 1:
+        expected = cost_model.step_time(ledger, device)
+    else:
+        expected = merge_step_timings([cost_model.step_time(build_ledger(model, s, precision, par),
+                                                            device) for s in passes], ledger.ops)
     return _Priced(ledger, expected, floor)
 
 
