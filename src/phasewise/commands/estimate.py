@@ -33,6 +33,12 @@ def estimate(
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
     cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the headline numbers "
                                        "(the speed-of-light floor is always shown)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Inference engine whose fitted "
+                                         "constants the calibrated model uses: llama.cpp, vllm, "
+                                         "sglang, trtllm or generic (default)."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration profile "
+                                              "(TOML, as `phasewise validate --write-calibration` "
+                                              "writes) instead of the bundled one."),
     detail: bool = typer.Option(False, "--detail", help="Print the per-operator ledger."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
     kv_keep: Optional[str] = typer.Option(None, "--kv-keep", help="Fraction of cached tokens the "
@@ -87,7 +93,8 @@ def estimate(
                              ints(osl, "--osl"), ints(batch_size, "--batch-size"), ints(tp, "--tp"))
     results = [
         run_estimate(m, priced_device(h, price), Workload(i, o, b), precision,
-                     Parallelism(t, pp, ep), cost=cost or DEFAULT_COST_MODEL, detail=detail)
+                     Parallelism(t, pp, ep), cost=cost or DEFAULT_COST_MODEL, detail=detail,
+                     engine=engine, calibration=calibration)
         for m, h, i, o, b, t in grid
     ]
     if whatifs.any:
