@@ -66,7 +66,8 @@ def kv_capacity(model: ModelSpec, hardware: HardwareSpec, precision: Precision,
             f"{model.name} does not fit on {hardware.display_name} with tp={parallelism.tp}: "
             f"weights {weights / 1e9:.1f} GB + activations {activations / 1e9:.1f} GB + reserve "
             f"{reserve / 1e9:.1f} GB leave no room for a KV cache in "
-            f"{hardware.memory_bytes / 1e9:.0f} GB; raise --tp or lower --weight-dtype.")
+            f"{hardware.memory_bytes / 1e9:.0f} GB; raise --tp, lower --weight-dtype or "
+            "--max-num-batched-tokens.")
     return KVCapacity(hardware.memory_bytes, weights, activations, reserve, per_token,
                       block_tokens, blocks)
 

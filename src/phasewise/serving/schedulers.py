@@ -21,6 +21,10 @@ WHOLE_PROMPT_MIN_BATCHED_TOKENS = 2048
 # Sarathi-Serve (Agrawal et al., OSDI 2024) evaluates token budgets of 512 (strict TPOT
 # SLOs) and 2048 (relaxed); 2048 keeps prefill throughput for the default case.
 CHUNKED_DEFAULT_BUDGET = 2048
+# A static batch prefills all its prompts in one forward pass; by default it holds as many
+# as 8,192 tokens allow (the prefill size the estimate's memory report assumes), so its
+# activations stay bounded. --max-num-batched-tokens raises it.
+STATIC_BATCH_TOKENS = 8192
 
 
 class Policy(Protocol):
@@ -117,13 +121,13 @@ class Scheduler:
     summary: str
     disaggregated: bool = False
     chunked: bool = False
-    whole_batch: bool = False  # one step prefills the whole batch, however large
+    whole_batch: bool = False  # one step prefills the whole batch
 
     def default_budget(self, longest_tokens: int, max_seqs: int) -> int:
         if self.chunked:
             return CHUNKED_DEFAULT_BUDGET
         if self.whole_batch:
-            return max_seqs * longest_tokens
+            return max(STATIC_BATCH_TOKENS, longest_tokens)
         return max(WHOLE_PROMPT_MIN_BATCHED_TOKENS, longest_tokens)
 
 
