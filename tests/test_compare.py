@@ -28,7 +28,7 @@ def _by_name(comparison):
 
 def test_h200_decodes_faster_than_h100_by_their_bandwidth_ratio_and_prefills_alike():
     rows = _by_name(compare("llama-3.1-8b", Workload(2048, 256, 1),
-                            hardware=["h100-sxm", "h200-sxm"]))
+                            hardware=["h100-sxm", "h200-sxm"], cost="sol"))
     h100, h200 = rows["h100-sxm"], rows["h200-sxm"]
     # 4.8 TB/s against 3.35 TB/s; both 989.4 dense bf16 TFLOP/s.
     assert h100.tpot_s / h200.tpot_s == pytest.approx(4.8 / 3.35, rel=0.02)
@@ -41,8 +41,9 @@ def test_prompt_heavy_and_generation_heavy_work_pick_different_devices():
     # decode, so it goes to the lowest price per byte/s. H200's premium over H100 (1.33×)
     # buys 1.43× the bandwidth and no more FLOP/s: H100 wins the first, H200 the second.
     devices = _devices()
-    prompt_heavy = compare("llama-3.1-8b", Workload(8192, 64, 8), hardware=devices)
-    generation_heavy = compare("llama-3.1-8b", Workload(256, 2048, 64), hardware=devices)
+    prompt_heavy = compare("llama-3.1-8b", Workload(8192, 64, 8), hardware=devices, cost="sol")
+    generation_heavy = compare("llama-3.1-8b", Workload(256, 2048, 64), hardware=devices,
+                               cost="sol")
     priced = [d for d in devices if d.price_usd_per_hour]
     per_flops = min(priced, key=lambda d: d.price_usd_per_hour / d.peak_flops("bf16")).name
     per_byte = min(priced, key=lambda d: d.price_usd_per_hour / d.memory_bandwidth_bytes_per_s).name
@@ -59,7 +60,8 @@ def test_prompt_heavy_and_generation_heavy_work_pick_different_devices():
 
 
 def test_cost_per_token_charges_each_phase_its_device_time():
-    row = _by_name(compare("llama-3.1-8b", Workload(2048, 256, 4), hardware=_devices()))["h100-sxm"]
+    row = _by_name(compare("llama-3.1-8b", Workload(2048, 256, 4), hardware=_devices(),
+                            cost="sol"))["h100-sxm"]
     per_second = 2.99 / 3600
     assert row.usd_per_million_input_tokens == pytest.approx(per_second * row.ttft_s / (4 * 2048) * 1e6)
     assert row.usd_per_million_output_tokens == pytest.approx(per_second * row.tpot_s / 4 * 1e6)

@@ -55,14 +55,14 @@ def test_long_context_gqa_decode_never_turns_compute_bound():
     # At 32k cached tokens each sequence reads 32768 · 131,072 B = 4.3 GB of KV per step for
     # about 2·7.5e9 + 4·32·128·32·32768 ≈ 3.2e10 FLOPs: ~7 FLOP/byte, far below 295.
     assert decode_compute_bound_batch(LLAMA_8B, H100, 32_768) is None
-    ex = explain(LLAMA_8B, H100, Workload(32_768, 2, 1))
+    ex = explain(LLAMA_8B, H100, Workload(32_768, 2, 1), cost="sol")
     assert ex.decode_compute_bound_batch is None
     assert ex.decode_intensity_limit < 10
     assert any("never turns compute-bound" in line for line in ex.summary)
 
 
 def test_explanation_names_each_phase_its_bound_and_latency():
-    ex = explain("llama-3.1-8b", "h100-sxm", Workload(2048, 256, 1))
+    ex = explain("llama-3.1-8b", "h100-sxm", Workload(2048, 256, 1), cost="sol")
     assert ex.prefill.bound == "compute" and ex.prefill.sets == "TTFT"
     assert ex.decode.bound == "memory" and ex.decode.sets == "TPOT"
     assert "GEMM" in ex.prefill.operation and "GEMV" in ex.decode.operation

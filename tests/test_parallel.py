@@ -36,12 +36,12 @@ def test_tp_stops_paying_for_a_small_model_but_not_for_a_large_one():
     # Llama-3.2-1B reads 2.5 GB per decode step (0.74 ms on H100); at TP4 the 4 latency
     # rounds per all-reduce × 2 per layer × 16 layers × 3 µs cost more than the weight reads
     # they save.
-    small = tp_scaling("llama-3.2-1b", "h100-sxm", Workload(2048, 256, 1))
+    small = tp_scaling("llama-3.2-1b", "h100-sxm", Workload(2048, 256, 1), cost="sol")
     assert small.tp_stops_paying_at is not None and small.tp_stops_paying_at <= 8
     assert small.best_tp_for_tpot < 8
     assert small.points[-1].decode_network_share > small.points[1].decode_network_share > 0
     # Llama-3.1-70B reads 141 GB per step: TP8 still helps.
-    large = tp_scaling("llama-3.1-70b", "h100-sxm", Workload(2048, 256, 1))
+    large = tp_scaling("llama-3.1-70b", "h100-sxm", Workload(2048, 256, 1), cost="sol")
     assert large.tp_stops_paying_at is None and large.best_tp_for_tpot == 8
     assert [p.fits for p in large.points] == [False, True, True, True]
 
@@ -58,7 +58,8 @@ def run(*args):
 
 
 def test_tp_sweep_on_one_device_shows_the_scaling_table():
-    result = run("compare", "-m", "llama-3.2-1b", "-H", "h100-sxm", "--tp", "1,2,4,8")
+    result = run("compare", "-m", "llama-3.2-1b", "-H", "h100-sxm", "--tp", "1,2,4,8",
+                 "--cost", "sol")
     assert result.returncode == 0, result.stderr
     assert "TP stops paying" in result.stdout and "collectives" in result.stdout
 

@@ -14,6 +14,7 @@ from phasewise.specs import Parallelism, Precision, Workload
 
 LLAMA_70B_ON_H200 = ("llama-3.1-70b", "h200-sxm", Workload(8192, 512, 16), Precision(),
                      Parallelism(tp=4))
+SOL = {"cost": "sol"}  # hand calculations are at the speed of light
 
 
 def _by_label(result):
@@ -24,7 +25,7 @@ def test_fp8_kv_and_half_kept_cache_each_about_double_the_batch_that_fits():
     # KV per sequence halves both ways (1 byte per element, or half the tokens held), and
     # the memory left after weights is shared among sequences, so the largest batch ~doubles.
     result = _by_label(what_if(*LLAMA_70B_ON_H200,
-                               [parse_variant("kv-dtype=fp8"), parse_variant("kv-keep=0.5")]))
+                               [parse_variant("kv-dtype=fp8"), parse_variant("kv-keep=0.5")], **SOL))
     base = result["baseline"].max_batch_size
     for label in ("kv-dtype=fp8", "kv-keep=0.5"):
         assert result[label].max_batch_size in (2 * base, 2 * base + 1)
@@ -34,14 +35,15 @@ def test_fp8_kv_and_half_kept_cache_each_about_double_the_batch_that_fits():
 
 def test_fp8_weights_and_activations_halve_a_compute_bound_prefill():
     # Hopper's fp8 peak is twice its bf16 peak (1,979 vs 989 TFLOP/s).
-    result = _by_label(what_if(*LLAMA_70B_ON_H200, [parse_variant("weight-dtype=fp8,act-dtype=fp8")]))
+    result = _by_label(what_if(*LLAMA_70B_ON_H200, [parse_variant("weight-dtype=fp8,act-dtype=fp8")],
+                               **SOL))
     variant = result["weight-dtype=fp8, act-dtype=fp8"]
     assert variant.ttft_s == pytest.approx(result["baseline"].ttft_s / 2, rel=0.02)
     assert "TTFT −50%" in variant.effects
 
 
 def test_a_price_change_moves_cost_and_nothing_else():
-    result = _by_label(what_if(*LLAMA_70B_ON_H200, [parse_variant("price=1.995")]))
+    result = _by_label(what_if(*LLAMA_70B_ON_H200, [parse_variant("price=1.995")], **SOL))
     base, cheap = result["baseline"], result["price=1.995"]
     assert cheap.tpot_s == base.tpot_s and cheap.max_batch_size == base.max_batch_size
     # The catalog's H200 is $3.99/h: half the price, half the cost per token.
@@ -68,7 +70,7 @@ def test_default_sweep_doubles_past_the_memory_cap():
 
 def test_batch_sweep_trades_speed_per_user_for_throughput_per_device():
     sweep = batch_sweep("llama-3.1-8b", "h100-sxm", Workload(512, 128, 1),
-                        batches=[1, 8, 64, 256, 1024])
+                        batches=[1, 8, 64, 256, 1024], **SOL)
     points = sweep.points
     intensity = [p.decode_intensity for p in points]
     assert intensity == sorted(intensity)  # rises with batch

@@ -83,7 +83,7 @@ class WhatIfFlags:
     def any(self) -> bool:
         return bool(self.variants) or self.speculative or self.disaggregated
 
-    def run(self, model: str, device, workload, precision, par, cost: str) -> list[tuple]:  # noqa: ANN001
+    def run(self, model: str, device, workload, precision, par, cost) -> list[tuple]:  # noqa: ANN001
         """[(JSON key, result, rows, view)] for each what-if asked for."""
         from phasewise.estimate.disagg import DEFAULT_LINK, custom_link, disaggregate
         from phasewise.estimate.speculative import speculative
@@ -130,7 +130,7 @@ def priced_device(hardware: str, price_text: str | None):  # noqa: ANN201 - a Ha
 
 
 def render_whatifs(flags: WhatIfFlags, results: list, model: str, hardware: str,  # noqa: ANN001
-                   price: str | None, precision, cost: str, fmt: str) -> None:
+                   price: str | None, precision, cost, fmt: str) -> None:
     """The baseline estimate followed by each what-if, as one document or one screen."""
     from phasewise.commands._app import console, echo
     from phasewise.report.estimate_view import estimate_table

@@ -40,12 +40,18 @@ def compare(
     show_skipped: bool = typer.Option(False, "--show-skipped",
                                       help="List the devices left out and why."),
     cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the expected times."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Engine whose fitted constants "
+                                         "the calibrated model uses (llama.cpp, vllm, …)."),
+    calibration: Optional[str] = typer.Option(None, "--calibration",
+                                              help="Calibration profile (TOML) for the calibrated "
+                                                   "model."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
 ) -> None:
     """Rank devices for one model and workload: TTFT, TPOT, throughput, memory fit, price and
     cost per million input and output tokens, with the winner of each phase."""
     from phasewise.catalog import hardware_names
     from phasewise.cost.registry import DEFAULT_COST_MODEL
+    from phasewise.estimate.pricing import CostChoice
     from phasewise.estimate.compare import compare as run_compare
     from phasewise.estimate.cost_energy import with_price
     from phasewise.estimate.parallel import tp_scaling
@@ -62,19 +68,19 @@ def compare(
     devices = split_list(hardware, "--hardware", str) if hardware else hardware_names()
     degrees = ints(tp, "--tp")
     overrides = resolve_prices(price, devices)
-    cost_name = cost or DEFAULT_COST_MODEL
+    cost_choice = CostChoice(cost or DEFAULT_COST_MODEL, engine, calibration)
     if hardware and len(devices) == 1 and len(degrees) > 1:
         from phasewise.catalog import load_hardware
 
         device = load_hardware(devices[0])
         result = tp_scaling(model, with_price(device, overrides.get(device.name)), workload,
-                            precision, tp_degrees=degrees, pp=pp, ep=ep, cost=cost_name)
+                            precision, tp_degrees=degrees, pp=pp, ep=ep, cost=cost_choice)
         rows, view = parallel_rows(result), parallel_table(result)
     else:
         result = run_compare(model, workload, precision, hardware=devices,
                              parallelisms=[Parallelism(t, pp, ep) for t in degrees],
                              rank_by=rank_by, prices=overrides, include_unfit=all_devices,
-                             cost=cost_name)
+                             cost=cost_choice)
         rows, view = comparison_rows(result), comparison_table(result, show_skipped=show_skipped)
     if fmt == "json":
         echo(to_json(result.model_dump(mode="json")))

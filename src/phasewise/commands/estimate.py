@@ -74,6 +74,7 @@ def estimate(
     """Estimate prefill and decode for one model on one device (comma lists sweep)."""
     from phasewise.cost.registry import DEFAULT_COST_MODEL
     from phasewise.estimate import estimate as run_estimate
+    from phasewise.estimate.pricing import CostChoice
     from phasewise.report.estimate_view import estimate_row, estimate_table, sweep_table
     from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
     from phasewise.report.whatif_view import cost_energy_row, cost_energy_table
@@ -99,7 +100,7 @@ def estimate(
     ]
     if whatifs.any:
         render_whatifs(whatifs, results, model, hardware, price, precision,
-                       cost or DEFAULT_COST_MODEL, fmt)
+                       CostChoice(cost or DEFAULT_COST_MODEL, engine, calibration), fmt)
         return
     if fmt == "json":
         docs = [r.model_dump(mode="json") for r in results]

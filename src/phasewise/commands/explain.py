@@ -29,6 +29,11 @@ def explain(
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
     cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the expected times."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Engine whose fitted constants "
+                                         "the calibrated model uses (llama.cpp, vllm, …)."),
+    calibration: Optional[str] = typer.Option(None, "--calibration",
+                                              help="Calibration profile (TOML) for the calibrated "
+                                                   "model."),
     batch_sweep: bool = typer.Option(False, "--batch-sweep",
                                      help="Add a batch sweep: decode intensity against the ridge, "
                                           "tokens/s per device and per user, memory cap."),
@@ -42,6 +47,7 @@ def explain(
     """Explain prefill and decode for one configuration: what each phase does, what bounds it,
     what it costs here, and where that changes."""
     from phasewise.cost.registry import DEFAULT_COST_MODEL
+    from phasewise.estimate.pricing import CostChoice
     from phasewise.estimate.explain import explain as run_explain
     from phasewise.estimate.sweep import batch_sweep as run_sweep
     from phasewise.report.explain_view import (explain_rows, explain_table, sweep_plot,
@@ -55,12 +61,12 @@ def explain(
     workload = Workload(one(ints(isl, "--isl"), "--isl"), one(ints(osl, "--osl"), "--osl"),
                         one(ints(batch_size, "--batch-size"), "--batch-size"))
     par = Parallelism(one(ints(tp, "--tp"), "--tp"), pp, ep)
-    cost_name = cost or DEFAULT_COST_MODEL
-    result = run_explain(model, hardware, workload, precision, par, cost=cost_name)
+    cost_choice = CostChoice(cost or DEFAULT_COST_MODEL, engine, calibration)
+    result = run_explain(model, hardware, workload, precision, par, cost=cost_choice)
     sweep = None
     if batch_sweep or batches or plot:
         sweep = run_sweep(model, hardware, workload, precision, par,
-                          batches=ints(batches, "--batches") or None, cost=cost_name)
+                          batches=ints(batches, "--batches") or None, cost=cost_choice)
     if fmt == "json":
         doc = result.model_dump(mode="json")
         if sweep:

@@ -11,12 +11,11 @@ from typing import Callable
 
 from phasewise import __version__
 from phasewise.catalog import hardware_names, load_hardware
-from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError
 from phasewise.estimate.core import estimate
 from phasewise.estimate.cost_energy import SECONDS_PER_HOUR, with_price
-from phasewise.estimate.pricing import resolve
+from phasewise.estimate.pricing import Cost, cost_for, cost_name, resolve
 from phasewise.estimate.types import Estimate
 from phasewise.estimate.whatif_types import Comparison, DeviceResult
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
@@ -46,7 +45,7 @@ def compare(model: ModelSpec | str, workload: Workload = Workload(),
             precision: Precision = Precision(), *, hardware: list[str | HardwareSpec] | None = None,
             parallelisms: list[Parallelism] | None = None, rank_by: str = "cost",
             prices: dict[str, float] | None = None, include_unfit: bool = False,
-            cost: str | CostModel = DEFAULT_COST_MODEL) -> Comparison:
+            cost: Cost = DEFAULT_COST_MODEL) -> Comparison:
     """Estimate ``model`` on each device (every catalog device by default) under each
     parallelism, drop what cannot run or does not fit, and rank the rest by ``rank_by``."""
     if rank_by not in CRITERIA:
@@ -75,17 +74,17 @@ def compare(model: ModelSpec | str, workload: Workload = Workload(),
         tool_version=__version__, model=spec.name, isl=workload.isl, osl=workload.osl,
         batch_size=workload.batch_size, weight_dtype=precision.weights,
         act_dtype=precision.activations, kv_dtype=precision.kv_cache, kv_keep=precision.kv_keep,
-        cost_model=cost if isinstance(cost, str) else cost.name, rank_by=rank_by,
+        cost_model=cost_name(cost), rank_by=rank_by,
         results=ranked, winners=winners(ranked), skipped=skipped)
 
 
 def _estimate_on(model: ModelSpec, device: HardwareSpec, workload: Workload,
-                 precision: Precision, par: Parallelism, cost: str | CostModel) -> Estimate:
+                 precision: Precision, par: Parallelism, cost: Cost) -> Estimate:
     link = device.interconnect
     if par.devices > 1 and link is not None and max(par.tp, par.ep) > link.max_devices:
         raise InputError(f"TP{par.tp} spans more than the {link.max_devices} devices "
                          f"{link.name} joins; use --pp across machines.")
-    return estimate(model, device, workload, precision, par, cost=cost)
+    return estimate(model, device, workload, precision, par, cost=cost_for(cost, device))
 
 
 def device_result(est: Estimate, device: HardwareSpec, par: Parallelism) -> DeviceResult:

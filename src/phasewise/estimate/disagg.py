@@ -23,7 +23,7 @@ from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError
 from phasewise.estimate.core import PREFILL_CHUNK_TOKENS, estimate
 from phasewise.estimate.cost_energy import SECONDS_PER_HOUR, TOKENS_PER_MILLION
-from phasewise.estimate.pricing import decode_average, resolve, step_seconds
+from phasewise.estimate.pricing import Cost, decode_average, resolve, step_seconds
 from phasewise.estimate.whatif_types import ColocatedResult, DisaggReport, PoolResult
 from phasewise.ledger import Step, kv_cache_bytes_per_device
 from phasewise.specs import HardwareSpec, Link, ModelSpec, Parallelism, Precision, Workload
@@ -71,7 +71,7 @@ def disaggregate(model: ModelSpec | str, workload: Workload, precision: Precisio
                  prefill_hardware: HardwareSpec | str, decode_hardware: HardwareSpec | str,
                  prefill_pool: int, decode_pool: int, prefill_tp: int = 1, decode_tp: int = 1,
                  link: Link | str = DEFAULT_LINK,
-                 cost: str | CostModel = DEFAULT_COST_MODEL) -> DisaggReport:
+                 cost: Cost = DEFAULT_COST_MODEL) -> DisaggReport:
     """Rates, TTFT/TPOT and cost of the two pools, the balanced ratio, and colocated serving
     on each device type for comparison. ``workload.batch_size`` is the number of sequences a
     decode instance runs at once."""
@@ -99,7 +99,9 @@ def disaggregate(model: ModelSpec | str, workload: Workload, precision: Precisio
     rate = min(n_pre * per_pre, n_dec * per_dec)
     bottleneck = "prefill" if n_pre * per_pre <= n_dec * per_dec else "decode"
     best, best_rate = _best_split(prefill_pool + decode_pool, prefill_tp, decode_tp, per_pre, per_dec)
-    fits = _fits(spec, pre_dev, dec_dev, workload, precision, pre_par, dec_par)
+    fits = (_fits(spec, pre_dev, pre_cost, dataclasses.replace(
+        workload, batch_size=batch_p, osl=1), precision, pre_par),
+            _fits(spec, dec_dev, dec_cost, workload, precision, dec_par))
 
     def pool(role: str, dev: HardwareSpec, devices: int, tp: int, instances: int,
              per_instance: float, seqs: int, step: float, fit: bool) -> PoolResult:
@@ -181,13 +183,9 @@ def _colocated(model: ModelSpec, device: HardwareSpec, cost_model: CostModel,
         tpot_s=tpot / (1 - prefill_share / per_request_s),
         usd_per_million_tokens=_per_million(price, rate * (workload.isl + workload.osl))
         if price is not None else None,
-        fits=estimate(model, device, workload, precision, par).memory.fits)
+        fits=estimate(model, device, workload, precision, par, cost=cost_model).memory.fits)
 
 
-def _fits(model: ModelSpec, pre_dev: HardwareSpec, dec_dev: HardwareSpec, workload: Workload,
-          precision: Precision, pre_par: Parallelism, dec_par: Parallelism) -> tuple[bool, bool]:
-    prompts = dataclasses.replace(workload, batch_size=prompts_per_prefill_step(workload.isl),
-                                  osl=1)
-    pre = estimate(model, pre_dev, prompts, precision, pre_par).memory.fits
-    dec = estimate(model, dec_dev, workload, precision, dec_par).memory.fits
-    return pre, dec
+def _fits(model: ModelSpec, device: HardwareSpec, cost_model: CostModel, workload: Workload,
+          precision: Precision, par: Parallelism) -> bool:
+    return estimate(model, device, workload, precision, par, cost=cost_model).memory.fits

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Callable
 
 from phasewise import __version__
-from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.estimate.core import estimate
-from phasewise.estimate.pricing import average_decode_context, resolve
+from phasewise.estimate.pricing import Cost, average_decode_context, resolve
 from phasewise.estimate.types import Estimate, PhaseReport
 from phasewise.estimate.whatif_types import Explanation, PhaseExplanation
 from phasewise.ledger import Step, build_ledger, kv_bytes_per_token_layer
@@ -76,7 +75,7 @@ def attention_overtakes_gemms_at(model: ModelSpec, precision: Precision = Precis
 def explain(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | str = "h100-sxm",
             workload: Workload = Workload(), precision: Precision = Precision(),
             parallelism: Parallelism = Parallelism(), *,
-            cost: str | CostModel = DEFAULT_COST_MODEL) -> Explanation:
+            cost: Cost = DEFAULT_COST_MODEL) -> Explanation:
     """Prefill and decode side by side for this configuration, with the turning points."""
     spec, device, cost_model = resolve(model, hardware, cost)
     est = estimate(spec, device, workload, precision, parallelism, cost=cost_model)

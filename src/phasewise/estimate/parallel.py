@@ -10,11 +10,11 @@ bytes saved: that is where TP stops paying.
 from __future__ import annotations
 
 from phasewise import __version__
-from phasewise.cost import CostModel, link_for
+from phasewise.cost import link_for
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError
 from phasewise.estimate.core import estimate
-from phasewise.estimate.pricing import resolve
+from phasewise.estimate.pricing import Cost, resolve
 from phasewise.estimate.types import Estimate, PhaseReport
 from phasewise.estimate.whatif_types import ParallelPoint, ParallelScaling
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
@@ -29,7 +29,7 @@ def _network_share(phase: PhaseReport) -> float:
 def tp_scaling(model: ModelSpec | str, hardware: HardwareSpec | str,
                workload: Workload = Workload(), precision: Precision = Precision(), *,
                tp_degrees: tuple[int, ...] | list[int] = DEFAULT_TP_DEGREES, pp: int = 1,
-               ep: int = 1, cost: str | CostModel = DEFAULT_COST_MODEL) -> ParallelScaling:
+               ep: int = 1, cost: Cost = DEFAULT_COST_MODEL) -> ParallelScaling:
     """One estimate per TP degree; degrees the model's heads do not allow are skipped."""
     spec, device, cost_model = resolve(model, hardware, cost)
     link = link_for(device) if max(tp_degrees) > 1 else None

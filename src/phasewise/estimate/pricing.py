@@ -3,10 +3,12 @@ plain estimate does not take (speculative verify, draft steps, a batch at a set 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost import CostModel, StepTiming
+from phasewise.cost.calibrated import engine_steps, merge_step_timings
 from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
 from phasewise.ledger import Ledger, Step, build_ledger
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
@@ -16,19 +18,50 @@ from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Wor
 SIMPSON_WEIGHTS = (1 / 6, 4 / 6, 1 / 6)
 
 
+@dataclass(frozen=True, slots=True)
+class CostChoice:
+    """A cost model by name with its options, resolved per device (a calibrated model takes
+    each device's own constants), for what-ifs that price several devices."""
+
+    name: str = DEFAULT_COST_MODEL
+    engine: str | None = None
+    calibration: str | None = None
+
+
+Cost = str | CostChoice | CostModel
+
+
+def cost_for(cost: Cost, device: HardwareSpec) -> CostModel:
+    """The cost model for ``device``: a name or a CostChoice is resolved; a model is used as is."""
+    if isinstance(cost, str):
+        return cost_model_for(cost, device)
+    if isinstance(cost, CostChoice):
+        return cost_model_for(cost.name, device, engine=cost.engine, calibration=cost.calibration)
+    return cost
+
+
+def cost_name(cost: Cost) -> str:
+    return cost if isinstance(cost, str) else cost.name
+
+
 def resolve(model: ModelSpec | str, hardware: HardwareSpec | str,
-            cost: str | CostModel = DEFAULT_COST_MODEL) -> tuple[ModelSpec, HardwareSpec, CostModel]:
-    """Catalog names to specs, and a cost model name to the model for that device."""
+            cost: Cost = DEFAULT_COST_MODEL) -> tuple[ModelSpec, HardwareSpec, CostModel]:
+    """Catalog names to specs, and the cost model for that device."""
     spec = load_model(model) if isinstance(model, str) else model
     device = load_hardware(hardware) if isinstance(hardware, str) else hardware
-    cost_model = cost_model_for(cost, device) if isinstance(cost, str) else cost
-    return spec, device, cost_model
+    return spec, device, cost_for(cost, device)
 
 
 def price_step(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,
                device: HardwareSpec, cost_model: CostModel) -> tuple[Ledger, StepTiming]:
+    """The step's ledger and its time, as the estimate prices it: an engine that runs a long
+    prompt in chunks has each chunk priced and the parts summed."""
     ledger = build_ledger(model, step, precision, par)
-    return ledger, cost_model.step_time(ledger, device)
+    passes = engine_steps(cost_model, step)
+    if len(passes) == 1:
+        return ledger, cost_model.step_time(ledger, device)
+    parts = [cost_model.step_time(build_ledger(model, s, precision, par), device) for s in passes]
+    return ledger, merge_step_timings(parts, ledger.ops)
 
 
 def step_seconds(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,

@@ -6,7 +6,9 @@ ledger's ``Step.decode(batch, context, new_tokens=γ+1)``), and yields on averag
 "Fast Inference from Transformers via Speculative Decoding", ICML 2023, equation 1).
 At batch 1 the verify step costs about as much as a plain decode step (both read every
 weight once), so the round is nearly free; as the batch grows decode turns compute-bound,
-the verify step costs about γ+1 decode steps, and the speed-up shrinks below 1.
+the verify step costs about γ+1 decode steps, and the speed-up shrinks below 1. At long
+contexts the KV reads, shared by the γ+1 tokens of a sequence, keep decode bandwidth-bound
+at any batch and speculation keeps paying.
 
 The draft is another model (any catalog model or config) or a head on the target
 (EAGLE/MTP style), priced as the target cut to a fraction of its layers, sharing its
@@ -22,7 +24,7 @@ from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError
 from phasewise.estimate.core import PREFILL_CHUNK_TOKENS, reserve_bytes
-from phasewise.estimate.pricing import (average_decode_context, decode_average, price_step,
+from phasewise.estimate.pricing import (Cost, average_decode_context, decode_average, price_step,
                                         resolve, step_seconds)
 from phasewise.estimate.whatif_types import SpeculativePoint, SpeculativeReport
 from phasewise.ledger import (Step, activation_bytes_per_device, kv_cache_bytes_per_device,
@@ -90,7 +92,7 @@ def speculative(model: ModelSpec | str, hardware: HardwareSpec | str, workload: 
                 draft: ModelSpec | str | None = None, draft_head_fraction: float | None = None,
                 spec_tokens: int = 4, spec_accept: float = 0.7,
                 batches: tuple[int, ...] = DEFAULT_SPEC_BATCHES,
-                cost: str | CostModel = DEFAULT_COST_MODEL) -> SpeculativeReport:
+                cost: Cost = DEFAULT_COST_MODEL) -> SpeculativeReport:
     """TPOT with and without speculation at the workload's batch and across ``batches``."""
     check_speculation(spec_accept, spec_tokens)
     target, device, cost_model = resolve(model, hardware, cost)

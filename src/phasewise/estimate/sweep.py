@@ -6,11 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 from phasewise import __version__
-from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.estimate.core import estimate
 from phasewise.estimate.explain import decode_compute_bound_batch
-from phasewise.estimate.pricing import average_decode_context, resolve
+from phasewise.estimate.pricing import Cost, average_decode_context, resolve
 from phasewise.estimate.whatif_types import BatchPoint, BatchSweep
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
 
@@ -33,7 +32,7 @@ def default_batches(max_batch: int, crossover: int | None, *,
 def batch_sweep(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | str = "h100-sxm",
                 workload: Workload = Workload(), precision: Precision = Precision(),
                 parallelism: Parallelism = Parallelism(), *, batches: list[int] | None = None,
-                cost: str | CostModel = DEFAULT_COST_MODEL) -> BatchSweep:
+                cost: Cost = DEFAULT_COST_MODEL) -> BatchSweep:
     """One estimate per batch size; ISL and OSL stay those of ``workload``."""
     spec, device, cost_model = resolve(model, hardware, cost)
     base = estimate(spec, device, workload, precision, parallelism, cost=cost_model)

@@ -9,12 +9,11 @@ from typing import Any
 
 from phasewise import __version__
 from phasewise.catalog import load_hardware
-from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError, nearest_hint
 from phasewise.estimate.core import estimate
 from phasewise.estimate.cost_energy import with_price
-from phasewise.estimate.pricing import resolve
+from phasewise.estimate.pricing import Cost, cost_for, resolve
 from phasewise.estimate.types import Estimate
 from phasewise.estimate.whatif_types import VariantResult, WhatIf
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
@@ -80,14 +79,14 @@ def apply_variant(changes: dict[str, str], hardware: HardwareSpec, workload: Wor
 
 def what_if(model: ModelSpec | str, hardware: HardwareSpec | str, workload: Workload,
             precision: Precision, parallelism: Parallelism, variants: list[dict[str, str]], *,
-            cost: str | CostModel = DEFAULT_COST_MODEL) -> WhatIf:
+            cost: Cost = DEFAULT_COST_MODEL) -> WhatIf:
     """The baseline and each variant, with the variant's effects stated against the baseline."""
     spec, device, cost_model = resolve(model, hardware, cost)
     base = estimate(spec, device, workload, precision, parallelism, cost=cost_model)
     results = [_result("baseline", {}, base, None)]
     for changes in variants:
         inputs = apply_variant(changes, device, workload, precision, parallelism)
-        est = estimate(spec, *inputs, cost=cost_model)
+        est = estimate(spec, *inputs, cost=cost_for(cost, inputs[0]))
         label = ", ".join(f"{k}={v}" for k, v in changes.items())
         results.append(_result(label, changes, est, base))
     return WhatIf(tool_version=__version__, baseline=base.inputs, results=results)

@@ -81,7 +81,8 @@ def speculative_table(s: SpeculativeReport) -> Group:
         f"• At batch {s.batch_size}: TPOT {seconds(at.tpot_baseline_s)} → {seconds(at.tpot_s)} "
         f"({at.speedup:.2f}×). The verify step reads the weights once for γ+1 tokens, which is "
         "nearly free while decode is bandwidth-bound and costs γ+1 times the work once it is "
-        "compute-bound, so the speed-up shrinks as the batch grows.",
+        "compute-bound, so the speed-up shrinks as the batch grows (long contexts keep decode "
+        "bandwidth-bound, and speculation paying, longer).",
         f"• The draft holds {gigabytes(s.draft_weights_bytes)} of weights and "
         f"{gigabytes(s.draft_kv_bytes_per_sequence)} of KV per sequence per device: the largest "
         f"batch that fits goes from {s.max_batch_size_baseline:,} to {s.max_batch_size_with_draft:,}.",
