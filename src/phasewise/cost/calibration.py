@@ -57,6 +57,7 @@ class ParameterDef:
     spread: float
     by_class: bool
     global_only: bool
+    upper: float  # 0: unbounded; the fit works in ln(value)
     unit: str
     meaning: str
 
@@ -98,7 +99,8 @@ def parameter_defs() -> dict[str, ParameterDef]:
     doc = _read(PARAMETERS_PATH)
     return {name: ParameterDef(name, str(d["level"]), float(d["prior"]), float(d["spread"]),
                                bool(d.get("by_class", False)), bool(d.get("global_only", False)),
-                               str(d.get("unit", "")), str(d.get("meaning", "")))
+                               float(d.get("upper", 0.0)), str(d.get("unit", "")),
+                               str(d.get("meaning", "")))
             for name, d in doc.items()}
 
 

@@ -1,8 +1,9 @@
 """Fitting a calibration profile to measured times: least squares in log time (numpy only).
 
 Each constant is a chain of levels (DESIGN.md, cost models): for a device constant
-ln value = ln prior + δ_global + δ_class + δ_device; for an engine constant
-ln value = ln prior + δ_global + δ_engine + δ_engine×class. The fit minimises
+g(value) = g(prior) + δ_global + δ_class + δ_device; for an engine constant
+g(value) = g(prior) + δ_global + δ_engine + δ_engine×class, where g is ln, or
+logit(value / upper) for a constant with a physical ceiling. The fit minimises
 
     Σ_rows ((ln predicted − ln measured) / σ_row)²  +  Σ_levels (δ / spread)²
 
@@ -35,7 +36,9 @@ ROW_SIGMA = 0.10
 # How far the global value may move from the prior (ln units): loose, the data decide.
 GLOBAL_SPREAD = 1.5
 FINITE_STEP = 1e-5
-MAX_ITERATIONS = 60
+MAX_ITERATIONS = 100
+# Stop when an iteration lowers the objective by less than this share of it.
+RELATIVE_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,9 @@ class _Problem:
         self.chain = np.zeros((n_ctx * n_param, len(slots)))
         for (ctx, p), chain in chains.items():
             self.chain[ctx * n_param + p, chain] = 1.0
-        self.log_prior = np.tile([math.log(self.defs[n].prior) for n in self.params], n_ctx)
+        self.upper = np.tile([self.defs[n].upper for n in self.params], n_ctx)
+        self.log_prior = np.tile([_link(self.defs[n].prior, self.defs[n].upper)
+                                  for n in self.params], n_ctx)
         self.spread = np.array([GLOBAL_SPREAD if key == "global" else self.defs[name].spread
                                 for name, key in self.slots])
         # rows each δ reaches, so a finite difference re-prices only those
@@ -146,7 +151,11 @@ class _Problem:
 
     def constants(self, delta: np.ndarray) -> np.ndarray:
         """(contexts × constants) values for the level offsets ``delta``."""
-        return np.exp(self.log_prior + self.chain @ delta).reshape(len(self.context_specs), -1)
+        z = self.log_prior + self.chain @ delta
+        bounded = self.upper > 0
+        values = np.where(bounded, self.upper / (1.0 + np.exp(-np.where(bounded, z, 0.0))),
+                          np.exp(np.where(bounded, 0.0, z)))
+        return values.reshape(len(self.context_specs), -1)
 
     def op_seconds(self, values: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         f = self.features if rows is None else OpFeatures(
@@ -205,6 +214,18 @@ class _Problem:
 _GENERIC = Engine(GENERIC_ENGINE, GENERIC_ENGINE, 0, (), "")
 
 
+def _link(value: float, upper: float) -> float:
+    """The scale the fit works on: ln(value), or logit(value / upper) under a ceiling."""
+    if upper > 0:
+        share = min(max(value / upper, 1e-9), 1 - 1e-9)
+        return math.log(share / (1 - share))
+    return math.log(value)
+
+
+def _unlink(z: float, upper: float) -> float:
+    return upper / (1 + math.exp(-z)) if upper > 0 else math.exp(z)
+
+
 def fit_profile(observations: Sequence[Observation], *, name: str = "fitted",
                 max_iterations: int = MAX_ITERATIONS) -> FitResult:
     """The profile that best explains ``observations`` (maximum a posteriori, Gaussian in
@@ -235,7 +256,7 @@ def fit_profile(observations: Sequence[Observation], *, name: str = "fitted",
             break
         gain = cost - trial_cost
         delta, predicted, r, cost = trial, trial_predicted, trial_r, trial_cost
-        if gain < 1e-9 * max(cost, 1.0):
+        if gain < RELATIVE_TOLERANCE * max(cost, 1.0):
             break
     jac = problem.jacobian(delta, predicted)
     profile = _profile(problem, delta, predicted, jac, name)
@@ -258,7 +279,9 @@ def _profile(problem: _Problem, delta: np.ndarray, predicted: np.ndarray, jac: n
     records: dict[str, dict[str, dict]] = {}
     for j, (param, key) in enumerate(problem.slots):
         chain = problem.slot_chain[j]
-        value = problem.defs[param].prior * math.exp(float(delta[chain].sum()))
+        parameter = problem.defs[param]
+        value = _unlink(_link(parameter.prior, parameter.upper) + float(delta[chain].sum()),
+                        parameter.upper)
         informed = np.nonzero(np.abs(jac[:n, j]) > 1e-6 / ROW_SIGMA)[0]
         sources = sorted({problem.observations[i].source for i in informed})
         rms = float(np.sqrt(np.mean(log_res[informed] ** 2))) if len(informed) else 0.0
@@ -266,7 +289,7 @@ def _profile(problem: _Problem, delta: np.ndarray, predicted: np.ndarray, jac: n
         records.setdefault(key, {})[param] = {
             "rows": int(len(informed)), "sources": sources,
             "rms_log_residual": round(rms, 4),
-            "log_sd": round(float(log_sd[j]), 4) if math.isfinite(log_sd[j]) else -1.0,
+            "offset_sd": round(float(log_sd[j]), 4) if math.isfinite(log_sd[j]) else -1.0,
         }
     return Profile(name=name, values=values, records=records)
 

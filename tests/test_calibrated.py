@@ -1,0 +1,201 @@
+"""The calibrated cost model: its formula by hand, its profiles as data, and its fit."""
+
+import tomllib
+
+import pytest
+
+from phasewise import estimate
+from phasewise.catalog import load_hardware, load_model
+from phasewise.cost.calibrated import (Calibrated, op_features, priced_parts, split_prefill)
+from phasewise.cost.calibration import (Constants, Profile, constants_for, load_profile,
+                                        parameter_defs, profile_from_document, profile_to_toml,
+                                        resolve_engine)
+from phasewise.cost.fit import Observation, fit_profile
+from phasewise.cost.registry import cost_model_for
+from phasewise.errors import InputError
+from phasewise.ledger import Op, Step, build_ledger
+from phasewise.specs import Precision, Workload
+
+ROUND = dict(gemm_fraction=0.8, bandwidth_fraction=0.9, bytes_half=1e5, gemm_efficiency=0.5,
+             gemm_m_half=0.25, attention_efficiency=0.4, bandwidth_efficiency=0.5,
+             dequant_bandwidth=0.8, dequant_compute=0.5, kernel_overhead_s=1e-5,
+             step_overhead_s=1e-4, link_latency_factor=2.0, link_efficiency=0.5)
+
+
+def test_gemm_time_by_hand():
+    """A 4096-token GEMM of 4096×4096 bf16 on an H100 SXM (989.4 TFLOP/s, 3.35 TB/s)."""
+    h100 = load_hardware("h100-sxm")
+    m = n = k = 4096
+    op = Op("mlp.up", "gemm", "x", 1, 2.0 * m * n * k, weights=n * k * 2.0,
+            activations=(m * k + m * n) * 2.0, m=m, n=n, k=k)
+    c = Constants(**ROUND)
+    compute_s, memory_s, network_s, overhead_s = priced_parts(op_features(op, h100, "bf16"), c)
+    ridge = 989.4e12 / 3.35e12
+    shape = m / (m + 0.25 * ridge)
+    assert compute_s == pytest.approx(2 * m * n * k / (989.4e12 * 0.8 * 0.5 * shape), rel=1e-9)
+    assert memory_s == pytest.approx((3 * 4096 * 4096 * 2 + 1e5) / (3.35e12 * 0.9 * 0.5), rel=1e-9)
+    assert network_s == 0.0 and overhead_s == pytest.approx(1e-5)
+    timing = Calibrated(c).op_time(op, h100, "bf16")
+    assert timing.time_s == pytest.approx(max(compute_s, memory_s) + 1e-5)
+    assert timing.bound == "compute"
+
+
+def test_block_quantized_weights_pay_the_dequant_factors_and_native_fp8_does_not():
+    rtx = load_hardware("rtx-4090")
+    model = load_model("llama-3-8b")
+    c = Constants(**ROUND)
+    gguf = build_ledger(model, Step.decode(1, 10), Precision("Q4_K_M", "fp16", "fp16"))
+    fp16 = build_ledger(model, Step.decode(1, 10), Precision("fp16", "fp16", "fp16"))
+    up_q4 = next(op for op in gguf.ops if op.name == "mlp.up")
+    up_16 = next(op for op in fp16.ops if op.name == "mlp.up")
+    _, q4_memory, _, _ = priced_parts(op_features(up_q4, rtx, "fp16"), c)
+    _, f16_memory, _, _ = priced_parts(op_features(up_16, rtx, "fp16"), c)
+    # the same kernel, fewer bytes, at 0.8 of the bandwidth
+    bw = 1008e9 * 0.9 * 0.5
+    assert q4_memory == pytest.approx((up_q4.memory_bytes + up_q4.calls * 1e5) / (bw * 0.8))
+    assert f16_memory == pytest.approx((up_16.memory_bytes + up_16.calls * 1e5) / bw)
+    h100 = load_hardware("h100-sxm")
+    fp8 = build_ledger(model, Step.decode(1, 10), Precision("fp8", "fp8", "fp16"))
+    up_8 = next(op for op in fp8.ops if op.name == "mlp.up")
+    assert op_features(up_8, h100, "fp8").dequantized == 0.0
+    assert op_features(up_q4, rtx, "fp16").dequantized == 1.0
+
+
+def test_a_long_prompt_is_split_into_micro_batches_that_sum_to_the_whole():
+    chunks = split_prefill(Step.prefill(4096), 512)
+    assert len(chunks) == 8
+    assert [c.groups[0].cached_tokens for c in chunks] == [512 * i for i in range(8)]
+    assert sum(c.new_tokens for c in chunks) == 4096
+    assert [c.logit_tokens for c in chunks] == [0] * 7 + [1]
+    assert split_prefill(Step.prefill(512), 512) == (Step.prefill(512),)
+    assert split_prefill(Step.decode(4, 100), 512) == (Step.decode(4, 100),)
+
+
+def test_llama_cpp_prefill_costs_the_sum_of_its_micro_batches():
+    model, rtx = load_model("llama-3-8b"), load_hardware("rtx-4090")
+    precision = Precision("Q4_K_M", "fp16", "fp16")
+    cost = Calibrated.for_device(rtx, engine="llama.cpp")
+    assert cost.constants.prefill_ubatch_tokens == 512
+    est = estimate(model, rtx, Workload(2048, 1, 1), precision, cost=cost)
+    chunks = [build_ledger(model, s, precision) for s in split_prefill(Step.prefill(2048), 512)]
+    assert est.ttft_s == pytest.approx(sum(cost.step_time(l, rtx).total.time_s for l in chunks))
+
+
+def test_engines_resolve_by_alias_and_unknown_ones_list_the_known():
+    assert resolve_engine("TensorRT-LLM").name == "trtllm"
+    assert resolve_engine(None).name == "generic"
+    with pytest.raises(InputError, match="llama.cpp"):
+        resolve_engine("llamacp")
+    with pytest.raises(InputError, match="calibrated"):
+        cost_model_for("calibrate", load_hardware("h100-sxm"))
+
+
+def test_the_most_specific_level_wins_then_its_parents_then_the_prior():
+    profile = Profile("t", values={"global": {"gemm_fraction": 0.5, "kernel_overhead_s": 3e-6},
+                                   "class:datacenter_gpu": {"gemm_fraction": 0.6},
+                                   "device:h100-sxm": {"gemm_fraction": 0.7},
+                                   "engine:vllm": {"kernel_overhead_s": 2e-6},
+                                   "engine:vllm/class:apple_gpu": {"kernel_overhead_s": 9e-6}})
+    vllm, generic = resolve_engine("vllm"), resolve_engine("generic")
+    h100, a100, m2 = (load_hardware(n) for n in ("h100-sxm", "a100-80gb-sxm", "m2-ultra"))
+    assert constants_for(profile, h100, generic).gemm_fraction == 0.7
+    assert constants_for(profile, a100, generic).gemm_fraction == 0.6
+    assert constants_for(profile, m2, generic).gemm_fraction == 0.5
+    assert constants_for(profile, h100, vllm).kernel_overhead_s == 2e-6
+    assert constants_for(profile, m2, vllm).kernel_overhead_s == 9e-6
+    assert constants_for(profile, h100, generic).kernel_overhead_s == 3e-6
+    prior = parameter_defs()["bandwidth_fraction"].prior
+    assert constants_for(profile, h100, generic).bandwidth_fraction == prior
+
+
+def test_a_profile_survives_being_written_and_read_back():
+    profile = load_profile()
+    again = profile_from_document(tomllib.loads(profile_to_toml(profile)), "x")
+    for key, values in profile.values.items():
+        for name, value in values.items():
+            assert again.values[key][name] == pytest.approx(value, rel=1e-5)
+
+
+def test_every_bundled_constant_says_what_it_was_fitted_to():
+    profile = load_profile()
+    assert profile.fit["rows"] > 100 and profile.fit["sources"]
+    for key, records in profile.records.items():
+        for name, record in records.items():
+            assert {"rows", "sources", "rms_log_residual"} <= set(record), (key, name)
+            assert record["rows"] == 0 or record["sources"], (key, name)
+
+
+def test_a_calibration_file_with_an_unknown_constant_is_refused_by_name(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text("[global]\ngemm_fractoin = { value = 0.7 }\n")
+    with pytest.raises(InputError, match="gemm_fractoin.*gemm_fraction"):
+        load_profile(str(path))
+
+
+# --- the fit -----------------------------------------------------------------------------
+
+TRUE = {"gemm_fraction": 0.62, "bandwidth_fraction": 0.83, "gemm_efficiency": 0.7,
+        "bandwidth_efficiency": 0.9, "kernel_overhead_s": 8e-6, "step_overhead_s": 6e-4}
+
+
+def _synthetic(hardware_names, engine):
+    """Measurements made by a calibrated model with the TRUE constants at class level."""
+    truth = Profile("truth", values={"global": dict(TRUE)})
+    observations = []
+    cases = [("llama-3-8b", Step.prefill(n)) for n in (256, 1024, 4096)] + \
+            [("llama-3-8b", Step.decode(b, 512)) for b in (1, 8, 64)] + \
+            [("qwen2.5-0.5b", Step.decode(1, 128)), ("qwen2.5-0.5b", Step.prefill(2048)),
+             ("llama-2-13b", Step.decode(1, 128)), ("llama-2-13b", Step.prefill(512))]
+    for name in hardware_names:
+        device = load_hardware(name)
+        cost = Calibrated.for_device(device, engine=engine, calibration=truth)
+        for i, (model, step) in enumerate(cases):
+            ledger = build_ledger(load_model(model), step, Precision("bf16", "bf16", "bf16"))
+            seconds = cost.step_time(ledger, device).total.time_s
+            observations.append(Observation(f"{name}-{i}", "synthetic", device,
+                                            resolve_engine(engine), seconds, ((1.0, ledger),)))
+    return observations
+
+
+def test_the_fit_recovers_known_efficiencies_from_synthetic_measurements():
+    observations = _synthetic(["h100-sxm", "a100-80gb-sxm", "l40s"], "vllm")
+    result = fit_profile(observations)
+    assert max(abs(r) for r in result.log_residuals) < 0.02
+    h100 = load_hardware("h100-sxm")
+    got = Calibrated.for_device(h100, engine="vllm", calibration=result.profile).constants
+    # a device's ceiling and the engine's share of it act as one product
+    assert got.gemm_fraction * got.gemm_efficiency == pytest.approx(0.62 * 0.7, rel=0.05)
+    assert got.bandwidth_fraction * got.bandwidth_efficiency == pytest.approx(0.83 * 0.9, rel=0.05)
+    # fixed costs (per step, per kernel, per small transfer) trade off against each other;
+    # what they add up to is pinned: a step the fit never saw comes out right
+    truth = Calibrated.for_device(h100, engine="vllm",
+                                  calibration=Profile("truth", values={"global": dict(TRUE)}))
+    fitted = Calibrated(got)
+    for step in (Step.decode(1, 2048), Step.decode(16, 64), Step.prefill(300)):
+        ledger = build_ledger(load_model("llama-3.1-8b"), step, Precision("bf16", "bf16", "bf16"))
+        assert fitted.step_time(ledger, h100).total.time_s == pytest.approx(
+            truth.step_time(ledger, h100).total.time_s, rel=0.03)
+
+
+def test_a_device_no_measurement_mentions_gets_its_class_values():
+    result = fit_profile(_synthetic(["h100-sxm", "a100-80gb-sxm"], "vllm"))
+    profile = result.profile
+    unseen = load_hardware("h200-sxm")  # datacenter_gpu, in no observation
+    assert "device:h200-sxm" not in profile.values
+    got = Calibrated.for_device(unseen, engine="vllm", calibration=profile).constants
+    assert got.bandwidth_fraction == profile.values["class:datacenter_gpu"]["bandwidth_fraction"]
+    apple = load_hardware("m2-ultra")  # a class with no observation: the global values
+    got = Calibrated.for_device(apple, engine="vllm", calibration=profile).constants
+    assert got.bandwidth_fraction == profile.values["global"]["bandwidth_fraction"]
+    # an engine with no observations: the pooled (global) values
+    got = Calibrated.for_device(unseen, engine="sglang", calibration=profile).constants
+    assert got.kernel_overhead_s == profile.values["global"]["kernel_overhead_s"]
+
+
+def test_calibrated_is_never_faster_than_the_speed_of_light():
+    for hardware in ("h100-sxm", "rtx-4090", "m2-ultra"):
+        for workload in (Workload(128, 2, 1), Workload(4096, 64, 32)):
+            est = estimate("llama-3-8b", hardware, workload, Precision("fp16", "fp16", "fp16"),
+                           cost="calibrated")
+            assert est.prefill.time_s >= est.prefill.sol_time_s
+            assert est.decode.time_s >= est.decode.sol_time_s

@@ -1,0 +1,186 @@
+"""phasewise validate: rows to scenarios, predictions through estimate, bad rows, reports."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phasewise import estimate
+from phasewise.cost.calibration import load_profile
+from phasewise.errors import InputError
+from phasewise.validate.measurements import load_bundled, load_measurements
+from phasewise.validate.run import dataset, fit, holdout, match_source, predict, sources
+from phasewise.validate.scenario import (MappingError, engine_for, parallelism_for,
+                                         precision_for, resolve_device, resolve_model,
+                                         scenario_for)
+
+HEADER = ("record_id,phase,source_name,hardware,num_accelerators,model,weight_dtype,"
+          "software_stack,parallelism,batch_or_concurrency,input_len,output_len,kv_depth,"
+          "metric,value,unit")
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def run(*args, check=True):
+    result = subprocess.run([sys.executable, "-m", "phasewise", *args], capture_output=True,
+                            text=True, timeout=300)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.mark.parametrize("written, catalog", [
+    ("NVIDIA GeForce RTX 3070 8GB", "rtx-3070"),
+    ("NVIDIA RTX 6000 Ada 48GB", "rtx-6000-ada"),
+    ("NVIDIA A100 PCIe 80GB", "a100-80gb-pcie"),
+    ("NVIDIA A100 80GB (DGX-A100)", "a100-80gb-sxm"),
+    ("NVIDIA H100 80GB (DGX-H100)", "h100-sxm"),
+    ("Apple M2 Ultra 76-Core GPU 192GB", "m2-ultra"),
+    ("Apple M1 7-Core GPU 8GB", "m1"),
+    ("NVIDIA GH200 SXM (900W, 141GiB HBM3e)", "gh200"),
+    ("NVIDIA GB200 SXM", "gb200"),
+    ("AMD Instinct MI300X", "mi300x"),
+    ("NVIDIA V100", "v100-sxm2-32gb"),
+])
+def test_device_names_as_sources_write_them_find_their_sheet(written, catalog):
+    assert resolve_device(written).name == catalog
+
+
+@pytest.mark.parametrize("written, catalog", [
+    ("Llama 3 8B", "llama-3-8b"), ("Llama-2 70B", "llama-2-70b"),
+    ("BLOOM 176B", "bloom-176b"), ("Mixtral 8x7B (MoE)", "mixtral-8x7b"),
+])
+def test_model_names_as_sources_write_them_find_their_config(written, catalog):
+    assert resolve_model(written).name == catalog
+
+
+def test_formats_parallelism_and_engines_are_read_from_the_row():
+    gguf = precision_for("Q4_K_M")
+    assert (gguf.weights, gguf.activations, gguf.kv_cache) == ("Q4_K_M", "fp16", "fp16")
+    assert precision_for("F16").weights == "F16" and precision_for("F16").activations == "fp16"
+    fp8 = precision_for("FP8 (float8_e4m3fn)")
+    assert (fp8.weights, fp8.activations, fp8.kv_cache) == ("fp8", "fp8", "fp16")
+    assert precision_for("FP16").math_format == "fp16"
+    assert parallelism_for("TP8", 8).tp == 8
+    assert parallelism_for("single device", 1).devices == 1
+    with pytest.raises(MappingError, match="4 devices"):
+        parallelism_for("TP4", 8)
+    assert engine_for("llama.cpp (May 2024) llama-bench, Metal").name == "llama.cpp"
+    assert engine_for("TensorRT-LLM v0.9.0 (gptSessionBenchmark)").name == "trtllm"
+    assert engine_for("not recorded (Splitwise paper's profiling setup)").name == "unrecorded"
+    with pytest.raises(MappingError, match="unknown engine"):
+        engine_for("MyServe 2.0")
+
+
+def _rows(*lines):
+    return "\n".join([HEADER, *lines]) + "\n"
+
+
+def test_metrics_become_the_time_they_measure(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text(_rows(
+        "A,prefill,S,NVIDIA GeForce RTX 4090 24GB,1,Llama 3 8B,Q4_K_M,llama.cpp,single device,1,512,,0,pp512_throughput,1024,tokens/s",
+        "B,decode,S,NVIDIA GeForce RTX 4090 24GB,1,Llama 3 8B,Q4_K_M,llama.cpp,single device,1,,128,0,tg128_throughput,100,tokens/s",
+        "C,prefill,S,NVIDIA H100,1,Llama-2 7B,FP8,TensorRT-LLM,TP1,1,128,1,,first_token_latency,6.3,ms",
+        "D,end_to_end,S,NVIDIA H100,2,Llama-2 70B,FP8,TensorRT-LLM,TP2,64,128,128,,output_throughput_per_gpu,1000,output tokens/s per GPU",
+    ))
+    a, b, c, d = (scenario_for(r) for r in load_measurements(path).rows)
+    assert (a.kind, a.workload.isl, a.measured_s) == ("prefill", 512, pytest.approx(0.5))
+    assert (b.kind, b.workload.osl, b.measured_s) == ("decode", 128, pytest.approx(0.01))
+    assert (c.kind, c.measured_s) == ("prefill", pytest.approx(0.0063))
+    # 64 requests × 128 tokens at 1000 tokens/s on each of 2 GPUs: 4.096 s end to end
+    assert (d.kind, d.parallelism.tp, d.measured_s) == ("end_to_end", 2, pytest.approx(4.096))
+
+
+def test_the_estimate_for_a_row_is_the_validate_prediction_for_it():
+    data = dataset(load_bundled())
+    profile = load_profile()
+    picked = {}
+    for s in data.scenarios:
+        picked.setdefault((s.source, s.kind, s.metric), s)
+    for s in picked.values():
+        p = predict(s, profile)
+        if s.kind in ("gemm", "memory_bw"):
+            continue
+        est = estimate(s.model.name, s.hardware.name, s.workload, s.precision, s.parallelism,
+                       cost="calibrated", engine=s.engine.name)
+        expected = {"prefill": est.ttft_s, "decode": est.tpot_s,
+                    "end_to_end": est.e2el_s}[s.kind]
+        assert p.predicted_s == pytest.approx(expected, rel=1e-12), s.record_id
+
+
+def test_the_fit_prices_rows_exactly_as_estimates_do():
+    data = dataset(load_bundled())
+    chosen = data.scenarios[::7]
+    result = fit(chosen)
+    for scenario, fitted_s in zip(chosen, result.predicted_s):
+        assert predict(scenario, result.profile).predicted_s == pytest.approx(fitted_s, rel=1e-9)
+
+
+def test_bad_rows_are_named_and_the_rest_kept(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text(_rows(
+        "OK-1,decode,S,NVIDIA GeForce RTX 4090 24GB,1,Llama 3 8B,Q4_K_M,llama.cpp,single device,1,,128,0,tg128_throughput,120,tokens/s",
+        "BAD-DEV,decode,S,Imaginary GPU 9000,1,Llama 3 8B,Q4_K_M,llama.cpp,single device,1,,128,0,tg128_throughput,120,tokens/s",
+        "BAD-MODEL,decode,S,NVIDIA GeForce RTX 4090 24GB,1,Llama 9 999B,Q4_K_M,llama.cpp,single device,1,,128,0,tg128_throughput,120,tokens/s",
+        "BAD-UNIT,decode,S,NVIDIA GeForce RTX 4090 24GB,1,Llama 3 8B,Q4_K_M,llama.cpp,single device,1,,128,0,tg128_throughput,120,furlongs",
+        "BAD-VALUE,decode,S,NVIDIA GeForce RTX 4090 24GB,1,Llama 3 8B,Q4_K_M,llama.cpp,single device,1,,128,0,tg128_throughput,fast,tokens/s",
+    ).replace("unit\n", "unit,colour\n", 1))
+    data = dataset([load_measurements(path)])
+    assert [s.record_id for s in data.scenarios] == ["OK-1"]
+    reasons = {p.record_id: p.reason for p in data.skipped}
+    assert set(reasons) == {"BAD-DEV", "BAD-MODEL", "BAD-UNIT", "BAD-VALUE"}
+    assert "Imaginary GPU 9000" in reasons["BAD-DEV"] and "Llama 9 999B" in reasons["BAD-MODEL"]
+    assert "furlongs" in reasons["BAD-UNIT"] and "fast" in reasons["BAD-VALUE"]
+    assert data.unknown_columns == ["bad.csv: colour"]
+    result = run("validate", "--measurements", str(path))
+    assert "OK-1" not in result.stderr
+    for record in ("BAD-DEV", "BAD-MODEL", "BAD-UNIT", "BAD-VALUE"):
+        assert record in result.stderr
+    assert "skipped 4 row(s)" in result.stderr and "colour" in result.stderr
+
+
+def test_a_file_without_the_needed_columns_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("record_id,value\nA,1\n")
+    result = run("validate", "--measurements", str(path), check=False)
+    assert result.returncode == 2 and "missing column" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_holding_out_a_source_fits_without_any_of_its_rows():
+    data = dataset(load_bundled())
+    known = sources(data.scenarios)
+    source = match_source("TensorRT-LLM", known)
+    predictions, result = holdout(data.scenarios, source)
+    assert predictions and {p.source for p in predictions} == {source}
+    assert source not in {o.source for o in result.observations}
+    with pytest.raises(InputError, match="Splitwise"):
+        match_source("nonesuch", known)
+
+
+def test_json_document_scores_each_source_and_phase_for_both_models(tmp_path):
+    doc = json.loads(run("validate", "--format", "json", "--plot", str(tmp_path)).stdout)
+    assert doc["schema_version"] == 1 and doc["mode"]
+    phases = {(s["source"], s["phase"]) for s in doc["scores"]}
+    assert ("all", "prefill") in phases and ("all", "decode") in phases
+    for score in doc["scores"]:
+        assert score["count"] > 0 and score["sol_median_abs_error"] >= 0
+    assert len(doc["excluded"]) >= 4 and doc["skipped"] == []
+    assert (tmp_path / "validate.png").stat().st_size > 0
+    assert "<svg" in (tmp_path / "validate.html").read_text()
+
+
+def _readme_table() -> str:
+    text = README.read_text()
+    match = re.search(r"<!-- validate:loso:start -->\n(.*?)<!-- validate:loso:end -->", text, re.S)
+    assert match, "README.md has no leave-one-source-out table between the validate markers"
+    return match.group(1).strip()
+
+
+@pytest.mark.slow
+def test_readme_figures_match_what_validate_prints():
+    printed = run("validate", "--leave-one-source-out", "--format", "md").stdout.strip()
+    assert _readme_table() == printed
