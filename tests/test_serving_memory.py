@@ -12,7 +12,7 @@ from phasewise.catalog import load_model
 from phasewise.errors import InputError
 from phasewise.serving import Pool, Requests, Server, request_metrics, simulate, summarize
 from phasewise.serving.kv_cache import kv_capacity
-from phasewise.serving.metrics import token_times
+from phasewise.serving.metrics import step_table, token_times
 from phasewise.serving.simulator import check_held_memory
 from phasewise.specs import Parallelism, Precision
 from test_serving_fakes import FixedStep, small_h100, trace
@@ -64,7 +64,7 @@ def test_a_full_cache_preempts_and_every_request_still_gets_all_its_tokens(sched
     m = request_metrics(sim)
     assert summarize(sim).preemptions > 0
     assert m.preemptions.sum() == sum(r.preemptions for r in sim.replicas)
-    ticks = [np.asarray(r.tick_end_s) for r in sim.replicas]
+    ticks = [np.frombuffer(r.tick_end_s) for r in sim.replicas]
     assert all(len(token_times(s, ticks)) == s.osl for s in sim.requests)
     assert all(r.free_blocks == r.capacity.blocks for r in sim.replicas)
 
@@ -72,7 +72,7 @@ def test_a_full_cache_preempts_and_every_request_still_gets_all_its_tokens(sched
 def test_admission_leaves_the_watermark_free() -> None:
     sim = simulate(Server(cost=FixedStep(D), pool=Pool(small_h100())), crowded(osl=2))
     replica = sim.replicas[0]
-    admitted_peak = max(step[-1] for step in replica.steps)
+    admitted_peak = step_table(replica)["kv_blocks_used"].max()
     assert admitted_peak <= replica.capacity.blocks - replica.capacity.watermark_blocks
 
 
@@ -118,7 +118,7 @@ def test_any_run_gives_every_request_its_tokens_in_order_and_frees_all_memory(
                     max_batched_tokens=max(budget, max_seqs) if chunked and budget else None,
                     pool=Pool(small_h100(), replicas=replicas))
     sim = simulate(server, trace(*rows))
-    ticks = [np.asarray(r.tick_end_s) for r in sim.replicas]
+    ticks = [np.frombuffer(r.tick_end_s) for r in sim.replicas]
     assert [s.id for s in sim.requests] == list(range(len(rows)))
     for seq in sim.requests:
         times = token_times(seq, ticks)

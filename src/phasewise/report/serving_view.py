@@ -120,13 +120,19 @@ def chrome_trace(sim: Any) -> dict[str, Any]:  # noqa: ANN401 - a Simulation
     """Engine steps as Chrome trace events (JSON trace-event format; open in Perfetto or
     chrome://tracing): one process per replica, steps on thread 0, KV transfers on the
     sending replica's thread 1, and counters for the queue and KV use."""
+    from phasewise.serving.metrics import step_table
+
     events: list[dict[str, Any]] = []
     for r in sim.replicas:
         events.append({"name": "process_name", "ph": "M", "pid": r.index, "tid": 0,
                        "args": {"name": f"replica {r.index} ({r.role}, "
                                         f"{r.pricer.hardware.name} tp{r.pricer.parallelism.tp})"}})
         previous = None
-        for start, duration, decodes, prefill_tokens, prefill_seqs, waiting, _, used in r.steps:
+        t = step_table(r)
+        columns = ("start_s", "duration_s", "decodes", "prefill_tokens", "prefill_seqs",
+                   "waiting", "kv_blocks_used")
+        for start, duration, decodes, prefill_tokens, prefill_seqs, waiting, used in zip(
+                *(t[c].tolist() for c in columns)):
             ts = round(start * 1e6, 3)
             events.append({"name": _step_name(int(decodes), int(prefill_tokens), int(prefill_seqs)),
                            "ph": "X", "pid": r.index, "tid": 0, "ts": ts,

@@ -70,7 +70,7 @@ def token_times(seq, ticks: list[np.ndarray]) -> np.ndarray:  # noqa: ANN001
 
 
 def request_metrics(sim: Simulation) -> RequestMetrics:
-    ticks = [np.asarray(r.tick_end_s) for r in sim.replicas]
+    ticks = [np.frombuffer(r.tick_end_s, dtype=float) for r in sim.replicas]
     seqs = sim.requests
     ttft, e2el, gaps = np.empty(len(seqs)), np.empty(len(seqs)), []
     for i, seq in enumerate(seqs):
@@ -103,9 +103,7 @@ def latency_stats(values: np.ndarray) -> LatencyStats:
 
 def step_table(replica: Replica) -> dict[str, np.ndarray]:
     """A replica's steps as columns (``Replica.STEP_FIELDS``)."""
-    if not replica.steps:
-        return {f: np.empty(0) for f in Replica.STEP_FIELDS}
-    data = np.asarray(replica.steps, dtype=float)
+    data = np.frombuffer(replica.steps, dtype=float).reshape(-1, len(Replica.STEP_FIELDS))
     return {f: data[:, i] for i, f in enumerate(Replica.STEP_FIELDS)}
 
 

@@ -27,11 +27,13 @@ from phasewise.serving.requests import ClosedLoop, Requests
 from phasewise.serving.schedulers import DEFAULT_MAX_SEQS, scheduler
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 
-# Simulator state a run holds, measured with tracemalloc on the speed benchmark
-# (benchmarks/bench_simulate.py): about 1.5 KB per request (its state, its result row)
-# and 60 B per output token (tick times and step records, at batch 1 one step per token).
-HELD_BYTES_PER_REQUEST = 1_500
-HELD_BYTES_PER_OUTPUT_TOKEN = 60
+# An upper bound on the state a run holds, from tracemalloc peaks of runs and their metrics
+# (benchmarks/bench_simulate.py): a step record is 8 doubles and a decode step's end time
+# one more (72 B), the metrics keep about 3 doubles per output token, and a request's own
+# state is under 1 KB. At light load a step serves one token, the worst case: 2,000
+# requests of 256 tokens one at a time peak at 35 MiB, under the 68 MB this bound gives.
+HELD_BYTES_PER_REQUEST = 1_000
+HELD_BYTES_PER_OUTPUT_TOKEN = 130
 DEFAULT_MEMORY_BUDGET_BYTES = 4 * 2**30
 PROGRESS_EVERY_EVENTS = 4096
 
@@ -83,7 +85,7 @@ class Simulation:
 
     @property
     def steps(self) -> int:
-        return sum(len(r.steps) for r in self.replicas)
+        return sum(r.step_count for r in self.replicas)
 
 
 def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | None = None,
