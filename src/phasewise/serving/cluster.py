@@ -105,6 +105,7 @@ class KVTransferred:
         out: list = []
         seq, dest = self.seq, self.dest
         seq.transfer_s += self.time_s
+        seq.pieces.append(self.time_s)  # the first token streams from the decode replica
         seq.source.release(seq, self.time_s, out)
         seq.source = None
         dest.pulling -= 1
@@ -157,8 +158,10 @@ class Cluster:
         self.source.after_done(seq, now_s, out)
 
     def prefilled(self, seq: Seq, now_s: float, replica: Replica, out: list) -> None:
-        """Disaggregated: the first token is out; route the sequence to a decode replica,
-        which pulls its KV when it has room."""
+        """Disaggregated: route a prefilled sequence to a decode replica, which pulls its KV
+        when it has room. The response streams from the decode replica (as with vLLM's
+        disaggregated-prefill proxy and NVIDIA Dynamo), so the first token reaches the user
+        when the KV lands there: TTFT includes the hand-off, as in the estimate."""
         replica.outstanding -= 1
         seq.transfer_s = -now_s  # becomes the wait from prefill end to KV arrival
         dest = self.router.pick(self.decode_pool)

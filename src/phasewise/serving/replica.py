@@ -251,14 +251,15 @@ class Replica:
         if seq.prefix_id >= 0:
             self.prefixes.add(seq.prefix_id)
         seq.generated += 1
-        seq.pieces.append(now_s)
         if seq.generated >= seq.osl:
+            seq.pieces.append(now_s)
             self.free_blocks += seq.held_blocks
             seq.held_blocks = 0
             self.hooks.done(seq, now_s, self, out)
         elif self.role == "prefill":
-            self.hooks.prefilled(seq, now_s, self, out)
+            self.hooks.prefilled(seq, now_s, self, out)  # its token leaves with the KV
         else:
+            seq.pieces.append(now_s)
             seq.held_blocks = 0  # the running set's blocks are counted from its context
             self._join(seq, seq.target)
 
