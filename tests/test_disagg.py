@@ -124,3 +124,24 @@ def test_a_pool_of_zero_is_one_line_and_exit_2():
     result = run("estimate", "--prefill-hardware", "h100-sxm", "--prefill-pool", "0")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "--prefill-pool" in result.stderr
+
+
+def test_a_request_mix_averages_instance_time_per_request():
+    prompt_heavy = _report(mix=[(4096, 128, 1.0)])
+    chatty = _report(mix=[(512, 2048, 1.0)])
+    both = _report(mix=[(4096, 128, 3.0), (512, 2048, 1.0)])
+    for pool in ("prefill", "decode"):
+        expected = (0.75 * getattr(prompt_heavy, pool).instance_seconds_per_request
+                    + 0.25 * getattr(chatty, pool).instance_seconds_per_request)
+        assert getattr(both, pool).instance_seconds_per_request == pytest.approx(expected)
+    assert [c.share for c in both.classes] == [0.75, 0.25]
+
+
+def test_prompt_heavier_traffic_needs_more_prefill_devices_per_decode_device():
+    assert (_report(mix=[(8192, 128, 1.0)]).balanced_prefill_to_decode
+            > _report(mix=[(512, 2048, 1.0)]).balanced_prefill_to_decode)
+
+
+def test_a_malformed_mix_is_one_line_and_exit_2():
+    result = run("estimate", "--prefill-hardware", "h100-sxm", "--mix", "4096:256")
+    assert result.returncode == 2 and "ISL:OSL:SHARE" in result.stderr

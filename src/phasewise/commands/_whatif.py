@@ -23,6 +23,22 @@ def fraction(text: str | None, flag: str) -> float | None:
         raise InputError(f"{flag} {text}: give a number such as 0.5.") from None
 
 
+def request_mix(text: str | None) -> list[tuple[int, int, float]] | None:
+    """--mix 4096:256:0.7,512:1024:0.3 -> [(4096, 256, 0.7), (512, 1024, 0.3)]."""
+    if text is None:
+        return None
+    classes = []
+    for item in split_list(text, "--mix", str):
+        parts = item.split(":")
+        try:
+            isl, osl, share = int(parts[0]), int(parts[1]), float(parts[2])
+        except (ValueError, IndexError):
+            raise InputError(f"--mix '{item}': write ISL:OSL:SHARE per class, e.g. "
+                             "4096:256:0.7,512:1024:0.3.") from None
+        classes.append((isl, osl, share))
+    return classes
+
+
 def prices(text: str | None) -> tuple[float | None, dict[str, float]]:
     """--price 2.49 (every device) or --price h100-sxm=2.49,h200-sxm=3.5 (per device):
     returns (price for every device, per-device prices)."""
@@ -60,7 +76,7 @@ class WhatIfFlags:
                  prefill_pool: int | None = None, decode_pool: int | None = None,
                  prefill_tp: int | None = None, decode_tp: int | None = None,
                  link: str | None = None, link_bandwidth: str | None = None,
-                 link_latency: str | None = None) -> None:
+                 link_latency: str | None = None, mix: str | None = None) -> None:
         self.variants = list(what_if or [])
         self.draft, self.draft_head = draft, fraction(draft_head, "--draft-head")
         self.spec_tokens, self.spec_accept = spec_tokens, fraction(spec_accept, "--spec-accept")
@@ -70,6 +86,7 @@ class WhatIfFlags:
         self.link = link
         self.link_bandwidth = fraction(link_bandwidth, "--link-bandwidth")
         self.link_latency = fraction(link_latency, "--link-latency")
+        self.mix = request_mix(mix)
 
     @property
     def speculative(self) -> bool:
@@ -112,7 +129,7 @@ class WhatIfFlags:
                 decode_hardware=self.decode_hardware or device,
                 prefill_pool=prefill_tp if self.prefill_pool is None else self.prefill_pool,
                 decode_pool=decode_tp if self.decode_pool is None else self.decode_pool,
-                prefill_tp=prefill_tp, decode_tp=decode_tp, link=link, cost=cost)
+                prefill_tp=prefill_tp, decode_tp=decode_tp, link=link, mix=self.mix, cost=cost)
             out.append(("disaggregation", result, view.disagg_rows(result),
                         view.disagg_table(result)))
         return out

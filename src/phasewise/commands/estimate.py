@@ -70,6 +70,8 @@ def estimate(
                                                  help="KV-transfer link, GB/s per direction."),
     link_latency: Optional[str] = typer.Option(None, "--link-latency",
                                                help="KV-transfer link latency, µs."),
+    mix: Optional[str] = typer.Option(None, "--mix", help="Request mix for disaggregated pools: "
+                                      "ISL:OSL:SHARE per class, comma-separated."),
 ) -> None:
     """Estimate prefill and decode for one model on one device (comma lists sweep)."""
     from phasewise.cost.registry import DEFAULT_COST_MODEL
@@ -88,7 +90,7 @@ def estimate(
                           prefill_hardware=prefill_hardware, decode_hardware=decode_hardware,
                           prefill_pool=prefill_pool, decode_pool=decode_pool,
                           prefill_tp=prefill_tp, decode_tp=decode_tp, link=link,
-                          link_bandwidth=link_bandwidth, link_latency=link_latency)
+                          link_bandwidth=link_bandwidth, link_latency=link_latency, mix=mix)
     grid = itertools.product(split_list(model, "--model", str),
                              split_list(hardware, "--hardware", str), ints(isl, "--isl"),
                              ints(osl, "--osl"), ints(batch_size, "--batch-size"), ints(tp, "--tp"))

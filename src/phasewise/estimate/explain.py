@@ -84,7 +84,7 @@ def explain(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | st
     short = decode_compute_bound_batch(spec, device, 0, precision, parallelism)
     limit = decode_intensity(spec, SEARCH_LIMIT, context, precision, parallelism)
     overtake = attention_overtakes_gemms_at(spec, precision, parallelism)
-    prefill = _prefill_words(est, spec, overtake)
+    prefill = _prefill_words(est, overtake)
     decode = _decode_words(est, spec, precision, parallelism, crossover, limit)
     return Explanation(
         tool_version=__version__, inputs=est.inputs,
@@ -108,7 +108,7 @@ def _phase(phase: PhaseReport, **words: str) -> PhaseExplanation:
         kv_bytes_share=_kv_share(phase), **words)
 
 
-def _prefill_words(est: Estimate, model: ModelSpec, overtake: int | None) -> PhaseExplanation:
+def _prefill_words(est: Estimate, overtake: int | None) -> PhaseExplanation:
     i, hw = est.inputs, est.hardware
     tokens = i.batch_size * i.isl
     quadratic = (f"quadratic in attention, which overtakes the GEMMs at {overtake:,} tokens"
@@ -129,7 +129,9 @@ def _prefill_words(est: Estimate, model: ModelSpec, overtake: int | None) -> Pha
 def _decode_words(est: Estimate, model: ModelSpec, precision: Precision, par: Parallelism,
                   crossover: int | None, limit: float) -> PhaseExplanation:
     i, hw = est.inputs, est.hardware
-    kv_token = model.num_layers * kv_bytes_per_token_layer(model, precision.kv_bytes)
+    kv_token = (precision.kv_keep * model.num_layers
+                * kv_bytes_per_token_layer(model, precision.kv_bytes))
+    window = " (sliding-window layers stop at their window)" if model.is_sliding_any else ""
     turn = (f"until batch {crossover:,}, where it turns compute-bound" if crossover else
             f"and never turns compute-bound at this context: KV reads grow with the batch too, "
             f"so intensity levels off at {limit:,.0f} FLOP/byte")
@@ -141,7 +143,7 @@ def _decode_words(est: Estimate, model: ModelSpec, precision: Precision, par: Pa
         hardware_figure=f"memory bandwidth: {hw.memory_bandwidth_bytes_per_s / 1e12:,.2f} TB/s",
         sets="TPOT",
         grows_with_prompt=f"linearly: each step reads the whole KV cache, "
-                          f"{kv_token / 1024:,.0f} KiB per cached token per sequence",
+                          f"{kv_token / 1024:,.0f} KiB per cached token per sequence{window}",
         grows_with_output="OSL − 1 steps, each reading one token more of KV than the last",
         grows_with_batch=f"slowly: weights are read once per step for the whole batch, so "
                          f"step time barely grows {turn}",

@@ -214,12 +214,24 @@ class PoolResult(_Frozen):
     devices: int
     tp: int
     instances: int
-    sequences_per_step: int
-    step_s: float
+    instance_seconds_per_request: float  # one instance's time per request of the mix
     requests_per_s: float  # the whole pool at full load
     utilization: float  # at the sustained request rate
     usd_per_hour: float | None
     fits: bool
+
+
+class RequestClass(_Frozen):
+    """One class of the request mix, as the disaggregated pools serve it."""
+
+    isl: int
+    osl: int
+    share: float  # of requests
+    prompts_per_prefill_step: int
+    ttft_s: float  # a lone prompt's prefill + its KV transfer
+    tpot_s: float
+    kv_transfer_bytes: float  # per device shard
+    kv_transfer_s: float
 
 
 class ColocatedResult(_Frozen):
@@ -234,18 +246,17 @@ class ColocatedResult(_Frozen):
 
 class DisaggReport(_Document):
     model: str
-    isl: int
-    osl: int
     batch_size: int  # concurrent sequences per decode instance
+    classes: list[RequestClass]  # the request mix
     link: str
     link_bandwidth_bytes_per_s: float
     link_latency_s: float
-    kv_transfer_bytes: float  # per request, per device shard
+    kv_transfer_bytes: float  # per request (mean over the mix), per device shard
     kv_transfer_s: float
     prefill: PoolResult
     decode: PoolResult
-    ttft_s: float  # prefill + KV transfer
-    tpot_s: float
+    ttft_s: float  # prefill + KV transfer, mean over the mix
+    tpot_s: float  # mean per output token over the mix
     sustained_requests_per_s: float
     bottleneck: str  # the pool (or link) that sets the rate
     balanced_prefill_to_decode: float  # prefill devices per decode device so neither starves

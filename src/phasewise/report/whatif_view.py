@@ -98,13 +98,21 @@ def speculative_rows(s: SpeculativeReport) -> list[dict[str, Any]]:
 
 def disagg_table(d: DisaggReport) -> Group:
     pools = Table(title="Disaggregated prefill and decode", title_justify="left")
-    for column in ("pool", "device", "devices", "TP", "instances", "sequences/step", "step",
+    for column in ("pool", "device", "devices", "TP", "instances", "instance time/request",
                    "capacity (req/s)", "utilization", "$/h", "fits"):
         pools.add_column(column, justify="left" if column in ("pool", "device") else "right")
     for p in (d.prefill, d.decode):
         pools.add_row(p.role, p.display_name, str(p.devices), str(p.tp), str(p.instances),
-                      f"{p.sequences_per_step:,}", seconds(p.step_s), f"{p.requests_per_s:,.2f}",
+                      seconds(p.instance_seconds_per_request), f"{p.requests_per_s:,.2f}",
                       percent(p.utilization), usd(p.usd_per_hour), "yes" if p.fits else "no")
+    mix = Table(title="Request mix", title_justify="left")
+    for column in ("ISL", "OSL", "share", "prompts/prefill step", "TTFT (prefill + transfer)",
+                   "TPOT", "KV transfer"):
+        mix.add_column(column, justify="right")
+    for c in d.classes:
+        mix.add_row(f"{c.isl:,}", f"{c.osl:,}", percent(c.share), str(c.prompts_per_prefill_step),
+                    seconds(c.ttft_s), seconds(c.tpot_s),
+                    f"{gigabytes(c.kv_transfer_bytes)} in {seconds(c.kv_transfer_s)}")
     summary = _pairs("Latency, balance and cost", [
         ("KV transfer per request (per device shard)",
          f"{gigabytes(d.kv_transfer_bytes)} over {d.link} = {seconds(d.kv_transfer_s)}"),
@@ -126,7 +134,7 @@ def disagg_table(d: DisaggReport) -> Group:
         colocated.add_row(c.hardware, str(c.tp), f"{c.requests_per_s_per_device:,.3f}",
                           seconds(c.ttft_s), seconds(c.tpot_s), usd(c.usd_per_million_tokens),
                           "yes" if c.fits else "no")
-    parts: list[Any] = [pools, summary, colocated]
+    parts: list[Any] = [mix, pools, summary, colocated]
     parts += [Text(f"warning: {w}", style="yellow") for w in d.warnings]
     return Group(*parts)
 
@@ -134,4 +142,4 @@ def disagg_table(d: DisaggReport) -> Group:
 def disagg_rows(d: DisaggReport) -> list[dict[str, Any]]:
     from phasewise.report.output import flatten
 
-    return [flatten(d.model_dump(exclude={"colocated", "warnings"}))]
+    return [flatten(d.model_dump(exclude={"colocated", "warnings", "classes"}))]
