@@ -32,6 +32,25 @@ def test_decode_allreduce_bytes_by_hand():
     assert allreduce == pytest.approx(64 * 8192)
 
 
+def test_expert_parallel_all_to_all_bytes_by_hand():
+    # Mixtral-8x7B, EP8 over TP1: attention runs data-parallel, 64 decode tokens / 8 = 8 per
+    # device; each sends its 8 tokens × top-2 × 4096 × 2 B to the other 7/8 of the experts
+    # and gets them back (dispatch + combine): 2 · 8·2·4096·2·7/8 = 229,376 B per layer.
+    ledger = build_ledger(load_model("mixtral-8x7b"), Step.decode(64, 1024),
+                          parallelism=Parallelism(tp=1, ep=8))
+    assert sum(op.network for op in ledger.select("ep.alltoall")) == pytest.approx(32 * 229_376)
+
+
+def test_pipeline_stages_send_the_hidden_states_once_per_boundary():
+    # PP2 prefill of 1024 tokens: one boundary carries 1024 × 4096 × 2 B = 8 MiB; each stage
+    # holds half the weights.
+    ledger = build_ledger(LLAMA_8B, Step.prefill(1024), parallelism=Parallelism(pp=2))
+    assert sum(op.network for op in ledger.select("pp.send")) == 1024 * 4096 * 2
+    one = phasewise.estimate(LLAMA_8B, H100, Workload(1024, 2, 1))
+    two = phasewise.estimate(LLAMA_8B, H100, Workload(1024, 2, 1), parallelism=Parallelism(pp=2))
+    assert two.memory.weights_bytes == pytest.approx(one.memory.weights_bytes / 2)
+
+
 def test_tp_stops_paying_for_a_small_model_but_not_for_a_large_one():
     # Llama-3.2-1B reads 2.5 GB per decode step (0.74 ms on H100); at TP4 the 4 latency
     # rounds per all-reduce × 2 per layer × 16 layers × 3 µs cost more than the weight reads
