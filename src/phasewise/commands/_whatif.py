@@ -160,8 +160,8 @@ def render_whatifs(flags: WhatIfFlags, results: list, model: str, hardware: str,
                          "on one baseline; drop the comma lists.")
     base = results[0]
     i = base.inputs
-    extras = flags.run(model, priced_device(hardware, price), Workload(i.isl, i.osl, i.batch_size), precision,
-                       Parallelism(i.tp, i.pp, i.ep), cost)
+    extras = flags.run(model, priced_device(hardware, price), Workload(i.isl, i.osl, i.batch_size),
+                       precision, Parallelism(i.tp, i.pp, i.ep), cost)
     if fmt == "json":
         doc = base.model_dump(mode="json")
         doc.update({key: result.model_dump(mode="json") for key, result, _, _ in extras})

@@ -16,7 +16,8 @@ from phasewise.commands.estimate import DEFAULT_HARDWARE, DEFAULT_MODEL
 def explain(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Catalog name, config.json path, or HF repo id in the cache."),
-    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H", help="Catalog device or TOML sheet."),
+    hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H",
+                                 help="Catalog device or TOML sheet."),
     isl: str = typer.Option("2048", "--isl", help="Input (prompt) tokens per request."),
     osl: str = typer.Option("256", "--osl", help="Output tokens per request."),
     batch_size: str = typer.Option("1", "--batch-size", "-b", help="Requests in the batch."),

@@ -103,7 +103,8 @@ def _mean(classes: list[_Priced], get) -> float:  # noqa: ANN001 - a small acces
     return sum(c.share * get(c) for c in classes)
 
 
-def request_mix(workload: Workload, mix: list[tuple[int, int, float]] | None) -> list[tuple[Workload, float]]:
+def request_mix(workload: Workload,
+                mix: list[tuple[int, int, float]] | None) -> list[tuple[Workload, float]]:
     """(workload, share) per request class; shares are normalised to sum to 1. Without a mix,
     the workload's own ISL and OSL are the only class."""
     if not mix:
@@ -221,8 +222,9 @@ def _colocated(model: ModelSpec, device: HardwareSpec, cost_model: CostModel,
     """Both phases on one instance: device time per request is its share of a prefill step
     plus its share of OSL − 1 decode steps of the batch, averaged over the request mix."""
     here = (device, cost_model, par)
-    priced = [_price_class(model, c.workload, c.share, precision, here, here,
-                           custom_link(1.0)) for c in classes]
+    no_transfer = custom_link(1.0)  # nothing crosses a link here; its figures go unused
+    priced = [_price_class(model, c.workload, c.share, precision, here, here, no_transfer)
+              for c in classes]
     prefill_s = _mean(priced, lambda c: c.prefill_s_per_request)
     per_request_s = prefill_s + _mean(priced, lambda c: c.decode_s_per_request)
     rate = 1 / per_request_s / par.devices

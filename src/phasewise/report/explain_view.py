@@ -45,7 +45,8 @@ def explain_title(ex: Explanation) -> str:
     i = ex.inputs
     return (f"{i.model} on {ex.hardware_display_name} · ISL {i.isl:,} · OSL {i.osl:,} · batch "
             f"{i.batch_size} · weights {i.weight_dtype} / act {i.act_dtype} / KV {i.kv_dtype}"
-            + (f" · TP{i.tp}" if i.tp > 1 else "") + (f" · KV kept {i.kv_keep:g}" if i.kv_keep < 1 else ""))
+            + (f" · TP{i.tp}" if i.tp > 1 else "")
+            + (f" · KV kept {i.kv_keep:g}" if i.kv_keep < 1 else ""))
 
 
 def explain_table(ex: Explanation) -> Group:

@@ -77,7 +77,8 @@ def speculative_table(s: SpeculativeReport) -> Group:
                       f"{p.speedup:.2f}×", p.verify_bound, "yes" if p.fits else "no", style=style)
     at = s.at_batch
     lines = [
-        f"• Expected tokens per round: (1 − α^(γ+1)) / (1 − α) = {s.expected_tokens_per_round:.3f}.",
+        "• Expected tokens per round: (1 − α^(γ+1)) / (1 − α) = "
+        f"{s.expected_tokens_per_round:.3f}.",
         f"• At batch {s.batch_size}: TPOT {seconds(at.tpot_baseline_s)} → {seconds(at.tpot_s)} "
         f"({at.speedup:.2f}×). The verify step reads the weights once for γ+1 tokens, which is "
         "nearly free while decode is bandwidth-bound and costs γ+1 times the work once it is "
