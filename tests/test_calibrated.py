@@ -17,7 +17,7 @@ from phasewise.ledger import Op, Step, build_ledger
 from phasewise.specs import Precision, Workload
 
 ROUND = dict(gemm_fraction=0.8, bandwidth_fraction=0.9, bytes_half=1e5, gemm_efficiency=0.5,
-             gemm_m_half=0.25, attention_efficiency=0.4, bandwidth_efficiency=0.5,
+             gemm_intensity_half=0.25, attention_efficiency=0.4, bandwidth_efficiency=0.5,
              dequant_bandwidth=0.8, dequant_compute=0.5, kernel_overhead_s=1e-5,
              step_overhead_s=1e-4, link_latency_factor=2.0, link_efficiency=0.5)
 
@@ -31,7 +31,7 @@ def test_gemm_time_by_hand():
     c = Constants(**ROUND)
     compute_s, memory_s, network_s, overhead_s = priced_parts(op_features(op, h100, "bf16"), c)
     ridge = 989.4e12 / 3.35e12
-    shape = m / (m + 0.25 * ridge)
+    shape = m / (m + 0.25 * ridge)  # a bf16 GEMM does m FLOPs per weight byte
     assert compute_s == pytest.approx(2 * m * n * k / (989.4e12 * 0.8 * 0.5 * shape), rel=1e-9)
     assert memory_s == pytest.approx((3 * 4096 * 4096 * 2 + 1e5) / (3.35e12 * 0.9 * 0.5), rel=1e-9)
     assert network_s == 0.0 and overhead_s == pytest.approx(1e-5)
@@ -59,6 +59,20 @@ def test_block_quantized_weights_pay_the_dequant_factors_and_native_fp8_does_not
     up_8 = next(op for op in fp8.ops if op.name == "mlp.up")
     assert op_features(up_8, h100, "fp8").dequantized == 0.0
     assert op_features(up_q4, rtx, "fp16").dequantized == 1.0
+
+
+def test_one_token_gemms_are_bandwidth_bound_in_every_weight_format_and_device():
+    """Below the ridge point a GEMM is limited by the bytes it reads, whatever the device's
+    peak and however few bits its weights take (the shape term counts FLOPs per weight byte)."""
+    model = load_model("llama-3-8b")
+    c = Constants(**{**ROUND, "gemm_intensity_half": 0.3})
+    for fmt in ("fp16", "Q4_K_M", "Q8_0"):
+        ledger = build_ledger(model, Step.decode(1, 10), Precision(fmt, "fp16", "fp16"))
+        up = next(op for op in ledger.ops if op.name == "mlp.up")
+        for device in ("m1", "rtx-4090", "h100-sxm"):
+            compute_s, memory_s, _, _ = priced_parts(
+                op_features(up, load_hardware(device), "fp16"), c)
+            assert compute_s < memory_s, (fmt, device)
 
 
 def test_a_long_prompt_is_split_into_micro_batches_that_sum_to_the_whole():

@@ -3,7 +3,8 @@
 For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
 
     compute_s = FLOPs / (peak · gemm_fraction · e)
-        e = gemm_efficiency · m / (m + gemm_m_half · ridge) · (dequant_compute if block-quantized)
+        e = gemm_efficiency · I / (I + gemm_intensity_half · ridge) · (dequant_compute if
+            block-quantized), I the GEMM's FLOPs per weight byte
             for GEMMs, attention_efficiency for attention, 1 for elementwise work
     memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
                  · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights))
@@ -13,10 +14,10 @@ For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
                  + hops · link latency · link_latency_factor + calls · kernel_overhead_s
     step      = Σ operators + step_overhead_s
 
-The GEMM's shape term counts m (tokens per call) against the device's ridge point
-(peak FLOP/s ÷ bandwidth, FLOP per byte): a 16-bit GEMM of m tokens does about m FLOPs per
-weight byte, so it turns compute-bound near m = ridge, and a kernel well below that is
-limited by the bytes it reads on any device, whatever its peak. ``gemm_fraction`` and
+The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
+per call; routed tokens per expert for MoE) against the device's ridge point (peak FLOP/s ÷
+bandwidth): a GEMM turns compute-bound near I = ridge, so one well below it is limited by
+the bytes it reads on any device, whatever its peak, in any weight format. ``gemm_fraction`` and
 ``bandwidth_fraction`` belong to the device (what its best kernels reach), the rest to
 the engine. The formula is written once, in ``priced_parts``, for
 scalars and numpy arrays alike, so the fit prices operators exactly as estimates do.
@@ -51,7 +52,7 @@ class OpFeatures:
     flops: Any
     memory_bytes: Any
     calls: Any
-    m: Any
+    weight_intensity: Any  # FLOPs per weight byte (GEMMs)
     dequantized: Any  # 1 where block-quantized weights are read, else 0
     network_bytes: Any
     hops: Any
@@ -71,7 +72,8 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str) -> OpFeatures:
     peak = hardware.vector_flops if kind == KIND_ELEMENTWISE else hardware.peak_flops(math_format)
     bandwidth = hardware.memory_bandwidth_bytes_per_s
     ridge = hardware.peak_flops(math_format) / bandwidth if kind == KIND_GEMM else 1.0
-    return OpFeatures(kind, op.flops, op.memory_bytes, op.calls, op.m,
+    intensity = op.flops / op.weights if op.weights else 1e30
+    return OpFeatures(kind, op.flops, op.memory_bytes, op.calls, intensity,
                       1.0 if _dequantized(op, math_format) else 0.0, op.network, op.hops,
                       peak, ridge, bandwidth, link_bw, link_latency)
 
@@ -91,7 +93,8 @@ def priced_parts(f: OpFeatures, c: Any, *, maximum: Callable = max,
     same lines price one operator or a numpy column of thousands."""
     gemm, attention = equals(f.kind, KIND_GEMM), equals(f.kind, KIND_ATTENTION)
     elementwise, network = equals(f.kind, KIND_ELEMENTWISE), equals(f.kind, KIND_COMMUNICATION)
-    shape = f.m / (f.m + c.gemm_m_half * f.ridge_flops_per_byte)
+    shape = f.weight_intensity / (f.weight_intensity + c.gemm_intensity_half
+                                  * f.ridge_flops_per_byte)
     dequant_compute = 1.0 + f.dequantized * (c.dequant_compute - 1.0)
     efficiency = (gemm * c.gemm_efficiency * shape * dequant_compute * c.gemm_fraction
                   + attention * c.attention_efficiency * c.gemm_fraction + elementwise + network)

@@ -34,7 +34,7 @@ class Constants:
     bandwidth_fraction: float
     bytes_half: float
     gemm_efficiency: float
-    gemm_m_half: float
+    gemm_intensity_half: float
     attention_efficiency: float
     bandwidth_efficiency: float
     dequant_bandwidth: float

@@ -107,8 +107,9 @@ def _device_candidates(name: str) -> list[str]:
     plain = " ".join(_PARENS.sub(" ", name).split())
     no_vendor = " ".join(_VENDOR.sub(" ", plain).split())
     no_memory = " ".join(_MEMORY.sub(" ", no_vendor).split())
-    no_sxm = re.sub(r"\s+sxm\d?$", "", no_memory, flags=re.I)
-    return list(dict.fromkeys(c for c in (name, plain, no_vendor, no_memory, no_sxm) if c))
+    no_gpu = re.sub(r"\s+gpu$", "", no_memory, flags=re.I)
+    no_sxm = re.sub(r"\s+sxm\d?$", "", no_gpu, flags=re.I)
+    return list(dict.fromkeys(c for c in (name, plain, no_vendor, no_memory, no_gpu, no_sxm) if c))
 
 
 def resolve_model(name: str) -> ModelSpec:
@@ -124,8 +125,10 @@ def resolve_model(name: str) -> ModelSpec:
 
 def precision_for(weight_dtype: str) -> Precision:
     """Weights as stated; weight-only formats (GGUF types, int4) compute and cache in fp16
-    (llama.cpp's defaults), the rest compute in their own format with a 16-bit KV cache
-    (the rows do not state the KV format; engines default to the model's 16-bit type)."""
+    (llama.cpp's defaults), the rest compute in their own format with a 16-bit KV cache:
+    the rows do not state the KV format, and engines keep the model's 16-bit type unless
+    told otherwise (TensorRT-LLM's v0.9 benchmark suite: --kv-dtype defaults to float16,
+    also with --quantization FP8; vLLM: kv_cache_dtype 'auto' is the model's type)."""
     text = " ".join(_PARENS.sub(" ", weight_dtype).split())
     try:
         fmt = number_format(text)
@@ -196,6 +199,12 @@ def scenario_for(row) -> Scenario:  # noqa: ANN001 - a validate.measurements.Mea
         factor = _need(unit, _TIME_UNITS, row)
         isl = _len(row.input_len, "input_len") + row.kv_depth
         return Scenario(kind="decode", workload=Workload(isl, max(2, row.output_len), b),
+                        measured_s=row.value * factor, rate=False, **common)
+    if metric in ("batch_latency", "end_to_end_latency", "e2el"):
+        factor = _need(unit, _TIME_UNITS, row)
+        osl = _len(row.output_len, "output_len")
+        return Scenario(kind="end_to_end", workload=Workload(_len(row.input_len, "input_len"),
+                                                             osl, b),
                         measured_s=row.value * factor, rate=False, **common)
     if metric == "output_throughput_per_gpu":
         _need(unit, _PER_GPU_UNITS, row)
