@@ -16,7 +16,7 @@ COST_MODELS: dict[str, Callable[..., CostModel]] = {
     "sol": lambda hardware, **options: SpeedOfLight(),
     "calibrated": lambda hardware, **options: Calibrated.for_device(hardware, **options),
 }
-DEFAULT_COST_MODEL = "sol"
+DEFAULT_COST_MODEL = "calibrated"
 
 
 def cost_model_for(name: str, hardware: HardwareSpec, *, engine: str | None = None,
