@@ -93,6 +93,14 @@ def test_closed_loop_trace_replay_and_disaggregated_pools_run() -> None:
     assert split["devices"] == 2 and split["kv_transfer_mean_s"] > 0
 
 
+def test_speculative_decoding_flags_reach_the_simulation() -> None:
+    doc = json.loads(run(*SMALL, "--draft-head", "0.03", "--spec-tokens", "3", "--spec-accept",
+                         "0.8", "--format", "json").stdout)
+    assert doc["inputs"]["speculation"].startswith("head 0.03, γ=3, α=0.8")
+    plain = json.loads(run(*SMALL, "--format", "json").stdout)
+    assert doc["tpot"]["mean_s"] < plain["tpot"]["mean_s"]
+
+
 @pytest.mark.parametrize("args, needle", [
     (("--scheduler", "continous"), "Did you mean continuous"),
     (("--load-balancer", "random"), "unknown load balancer"),
@@ -106,6 +114,8 @@ def test_closed_loop_trace_replay_and_disaggregated_pools_run() -> None:
     (("--max-num-batched-tokens", "512",), "below the longest request"),
     (("--scheduler", "chunked", "--max-num-batched-tokens", "64"), "below --max-num-seqs"),
     (("--rate", "2,4", "--requests-out", "x.jsonl"), "single run"),
+    (("--draft-head", "0.03", "--spec-accept", "1.5"), "--spec-accept"),
+    (("--draft", "llama-3.1-70b"), "not smaller than the target"),
 ])
 def test_bad_input_ends_with_one_line_and_exit_code_2(args: tuple, needle: str) -> None:
     result = run("--num-requests", "10", *args, check=False) if "--num-requests" not in args \

@@ -55,6 +55,14 @@ def simulate(
                                             "decode instance (default --tp)."),
     kv_link: str = typer.Option("infiniband-ndr-400", "--kv-link",
                                 help="Link KV moves over, prefill to decode (catalog links)."),
+    draft: Optional[str] = typer.Option(None, "--draft", help="Speculative decoding with this "
+                                        "draft model (catalog name or config)."),
+    draft_head: Optional[float] = typer.Option(None, "--draft-head", help="Speculative "
+                                               "decoding with a head costing this fraction of "
+                                               "the target's layers (EAGLE/MTP style)."),
+    spec_tokens: int = typer.Option(4, "--spec-tokens", help="Draft tokens per round (γ)."),
+    spec_accept: float = typer.Option(0.7, "--spec-accept",
+                                      help="Per-token acceptance of the draft (α)."),
     num_requests: int = typer.Option(1000, "--num-requests", "-n", help="Requests to send."),
     request_rate: Optional[str] = typer.Option(None, "--rate", help="Open loop: requests per "
                                                "second; a comma list sweeps."),
@@ -92,13 +100,18 @@ def simulate(
 ) -> None:
     """Simulate serving a request stream: queueing, batching, KV memory, tail latency."""
     from phasewise.serving import ClosedLoop, Slo
+    from phasewise.serving.speculative import Speculation
     from phasewise.specs import Parallelism, Precision
 
     check_format(fmt)
+    speculation = None
+    if draft is not None or draft_head is not None:
+        speculation = Speculation(spec_tokens, spec_accept, draft, draft_head)
+        speculation.tokens_per_round  # noqa: B018 - checks γ and α before anything runs
     server_args = dict(
         model=model, precision=Precision(weight_dtype, act_dtype, kv_dtype),
         max_seqs=max_num_seqs, max_batched_tokens=max_num_batched_tokens, block_tokens=block_size,
-        load_balancer=load_balancer, kv_link=kv_link)
+        load_balancer=load_balancer, kv_link=kv_link, speculation=speculation)
     pools = _pools(hardware, decode_hardware, Parallelism(tp, pp, ep), prefill_tp, decode_tp,
                    replicas, prefill_replicas, decode_replicas)
     loads = _loads(request_rate, clients, trace, _duration_s(think_time, "--think-time"))

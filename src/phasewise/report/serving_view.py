@@ -28,7 +28,8 @@ def summary_table(s: Any) -> Any:  # noqa: ANN401 - a SimSummary
                                  ("mean_s", "p50_s", "p90_s", "p99_s", "max_s")))
     latency.add_row("idle server", seconds(s.idle_ttft_s) + " TTFT",
                     seconds(s.idle_tpot_s) + " TPOT", "", "", "")
-    rows = [
+    rows = [("speculative decoding", i.speculation)] if i.speculation else []
+    rows += [
         ("duration (simulated)", seconds(s.duration_s)),
         ("requests/s (arrived, done)", f"{s.request_rate_rps:,.2f}, {s.requests_per_s:,.2f}"),
         ("output tokens/s", rate(s.output_tokens_per_s)),
@@ -47,6 +48,7 @@ def summary_table(s: Any) -> Any:  # noqa: ANN401 - a SimSummary
     if s.kv_transfer_mean_s is not None:
         rows.append(("KV hand-off (mean)", seconds(s.kv_transfer_mean_s)))
     rows += slo_lines(s.slo)
+    rows += [("note", note) for note in s.notes]
     run = Table(show_header=False)
     run.add_column("")
     run.add_column("", justify="right")

@@ -47,10 +47,12 @@ class KVCapacity:
 
 def kv_capacity(model: ModelSpec, hardware: HardwareSpec, precision: Precision,
                 parallelism: Parallelism, *, block_tokens: int = DEFAULT_BLOCK_TOKENS,
-                max_batched_tokens: int, max_seqs: int) -> KVCapacity:
+                max_batched_tokens: int, max_seqs: int,
+                draft: tuple[float, float] | None = None) -> KVCapacity:
     """Blocks = ⌊(memory − weights − activations − reserve) ÷ (block_tokens × KV bytes per
     token)⌋ on each device of the replica. Sliding-window layers are given a full page per
-    token, as a paged allocator without per-layer windows holds them (an upper bound)."""
+    token, as a paged allocator without per-layer windows holds them (an upper bound).
+    A speculative ``draft`` adds (weight bytes, KV bytes per token) of its own."""
     if block_tokens < 1:
         raise InputError(f"--block-size {block_tokens}: give a positive number of tokens.")
     weights = weight_bytes_per_device(model, precision, parallelism)
@@ -59,6 +61,8 @@ def kv_capacity(model: ModelSpec, hardware: HardwareSpec, precision: Precision,
     reserve = reserve_bytes(hardware)
     per_token = kv_cache_bytes_per_device(model, precision, parallelism, sequences=1,
                                           context_tokens=1)
+    if draft is not None:
+        weights, per_token = weights + draft[0], per_token + draft[1]
     room = hardware.memory_bytes - weights - activations - reserve
     blocks = int(room // (block_tokens * per_token)) if room > 0 else 0
     if blocks < 1:

@@ -58,14 +58,18 @@ class RequestMetrics:
 
 
 def token_times(seq, ticks: list[np.ndarray]) -> np.ndarray:  # noqa: ANN001
-    """Every token time of a served request, in order."""
+    """Every token time of a served request, in order (see ``Seq.pieces``)."""
     parts = []
     for piece in seq.pieces:
         if isinstance(piece, float):
             parts.append(np.array([piece]))
-        else:
+        elif len(piece) == 3:
             replica, k0, n = piece
             parts.append(ticks[replica][k0:k0 + n])
+        else:  # speculative rounds of p/q tokens: token j lands in round ⌈j·q/p⌉
+            replica, k0, n, p, q = piece
+            rounds = -(-np.arange(1, n + 1) * q // p)
+            parts.append(ticks[replica][k0 + rounds - 1])
     return np.concatenate(parts)
 
 
@@ -194,22 +198,27 @@ def _load_over_time(replicas: list[Replica], duration_s: float) -> dict:
 
 def _idle_server(sim: Simulation, m: RequestMetrics) -> tuple[float, float]:
     """TTFT and TPOT of one request of the mean lengths alone on a replica, from the
-    estimate (the prefill pool's TTFT and the decode pool's TPOT when disaggregated)."""
+    estimate (the prefill pool's TTFT and the decode pool's TPOT when disaggregated; the
+    speculative what-if's TPOT when speculating)."""
     from phasewise.estimate import estimate
+    from phasewise.estimate.speculative import speculative
     from phasewise.specs import Workload
 
     isl = max(1, int(round(float(m.input_tokens.mean()))))
     osl = max(2, int(round(float(m.output_tokens.mean()))))
-    first, last = sim.replicas[0], sim.replicas[-1]
+    first, last = sim.replicas[0].pricer, sim.replicas[-1].pricer
     workload = Workload(isl, osl, 1)
-
-    def one(replica: Replica):  # noqa: ANN202
-        p = replica.pricer
-        return estimate(sim.model, p.hardware, workload, p.precision, p.parallelism, cost=p.cost)
-
-    front = one(first)
-    back = front if last is first or last.pricer is first.pricer else one(last)
-    return front.ttft_s, back.tpot_s
+    ttft_s = estimate(sim.model, first.hardware, workload, first.precision, first.parallelism,
+                      cost=first.cost).ttft_s
+    spec = sim.server.speculation
+    if spec is None:
+        return ttft_s, estimate(sim.model, last.hardware, workload, last.precision,
+                                last.parallelism, cost=last.cost).tpot_s
+    report = speculative(sim.model, last.hardware, workload, last.precision, last.parallelism,
+                         draft=spec.draft, draft_head_fraction=spec.draft_head_fraction,
+                         spec_tokens=spec.tokens, spec_accept=spec.accept, batches=(1,),
+                         cost=last.cost)
+    return ttft_s, report.at_batch.tpot_s
 
 
 def _inputs(sim: Simulation, workload: dict) -> SimInputs:
@@ -235,4 +244,14 @@ def _inputs(sim: Simulation, workload: dict) -> SimInputs:
         kv_link=server.kv_link if disaggregated else None,
         weight_dtype=server.precision.weights, act_dtype=server.precision.activations,
         kv_dtype=server.precision.kv_cache, cost_model=sim.cost_model,
-        bucket_tokens=sim.bucket_tokens, workload=workload)
+        bucket_tokens=sim.bucket_tokens, speculation=_speculation(server.speculation),
+        workload=workload)
+
+
+def _speculation(spec) -> str | None:  # noqa: ANN001
+    if spec is None:
+        return None
+    draft = f"head {spec.draft_head_fraction:g}" if spec.draft is None else \
+        getattr(spec.draft, "name", spec.draft)
+    return (f"{draft}, γ={spec.tokens}, α={spec.accept:g}: "
+            f"{float(spec.tokens_per_round):.3f} tokens a round")

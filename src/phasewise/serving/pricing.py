@@ -20,6 +20,7 @@ distinct shape is priced once. The shape is made coarse in two documented ways:
 from __future__ import annotations
 
 from phasewise.cost import CostModel
+from phasewise.cost.calibrated import engine_steps
 from phasewise.ledger import SeqGroup, Step, build_ledger
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 
@@ -34,9 +35,14 @@ class StepPricer:
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, precision: Precision,
                  parallelism: Parallelism, cost: CostModel, *,
-                 bucket_tokens: int = DEFAULT_BUCKET_TOKENS) -> None:
+                 bucket_tokens: int = DEFAULT_BUCKET_TOKENS,
+                 draft: tuple[ModelSpec, Parallelism, int] | None = None) -> None:
         self.model, self.hardware, self.precision = model, hardware, precision
         self.parallelism, self.cost, self.bucket = parallelism, cost, max(1, bucket_tokens)
+        # Speculative decoding: (draft model, its parallelism, γ). A decode step is then a
+        # round: γ draft decode steps, and one target step verifying γ+1 tokens a sequence.
+        self.draft = draft
+        self.decode_tokens = 1 + (draft[2] if draft else 0)
         self._cache: dict[tuple, float] = {}
         self.misses = 0
 
@@ -59,11 +65,25 @@ class StepPricer:
         counts: dict[Chunk, int] = {}
         for chunk in chunks:
             counts[chunk] = counts.get(chunk, 0) + 1
-        groups = [SeqGroup(n, new, cached, logit) for (new, cached, logit), n in counts.items()]
-        if decode_batch:
-            groups.append(SeqGroup(decode_batch, 1, context, 1))
-        ledger = build_ledger(self.model, Step(tuple(groups)), self.precision, self.parallelism)
-        return self.cost.step_time(ledger, self.hardware).total.time_s
+        prompts = [SeqGroup(n, new, cached, logit) for (new, cached, logit), n in counts.items()]
+        verify = self.decode_tokens
+        decodes = [SeqGroup(decode_batch, verify, context, verify)] if decode_batch else []
+        seconds = self.seconds(self.model, Step(tuple(prompts + decodes)), self.parallelism)
+        if self.draft:
+            draft_model, draft_par, gamma = self.draft
+            if decode_batch:
+                seconds += gamma * self.seconds(draft_model, Step.decode(decode_batch, context),
+                                                draft_par)
+            if prompts:  # the draft keeps its own KV cache, so it reads the prompts too
+                seconds += self.seconds(draft_model, Step(tuple(prompts)), draft_par)
+        return seconds
+
+    def seconds(self, model: ModelSpec, step: Step, parallelism: Parallelism) -> float:
+        """One step's time as the estimate prices it: an engine that runs a long prompt in
+        micro-batches (the cost model says) has each pass priced and the times summed."""
+        return sum(self.cost.step_time(build_ledger(model, part, self.precision, parallelism),
+                                       self.hardware).total.time_s
+                   for part in engine_steps(self.cost, step))
 
     @property
     def shapes(self) -> int:

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 class Seq:
     """A request's state while it is served. ``pieces`` records its token times in order:
     a float is a token emitted by a prefill at that time; (replica, k0, n) is n tokens
-    emitted at ticks k0 … k0+n−1 of that replica."""
+    emitted at ticks k0 … k0+n−1 of that replica; (replica, k0, n, p, q) is n tokens of
+    speculative rounds yielding p/q tokens each (``serving.speculative``)."""
 
     __slots__ = ("id", "arrival_s", "isl", "osl", "prefix_tokens", "prefix_id", "client",
                  "generated", "target", "prefilled", "k0", "join_ctx", "phase", "epoch",
@@ -216,7 +217,7 @@ class Replica:
             self.busy = False
             return
         decodes = len(self.running) if plan.decode else 0
-        context_sum = self.context_base + decodes * self.tick if decodes else 0
+        context_sum = self.context_sum() if decodes else 0
         chunks = tuple((tokens, seq.prefilled, int(seq.prefilled + tokens == seq.target))
                        for seq, tokens in plan.chunks)
         duration_s = self.pricer.step_s(decodes, context_sum, chunks)
@@ -234,6 +235,10 @@ class Replica:
             if seq.prefilled == seq.target:
                 self._end_prefill(seq, now_s, out)
         self.start_step(now_s, out)
+
+    def context_sum(self) -> int:
+        """Cached tokens of the running set at this tick."""
+        return self.context_base + len(self.running) * self.tick
 
     def _end_tick(self, now_s: float, out: list) -> None:
         tick = self.tick

@@ -93,8 +93,9 @@ class ContinuousBatching:
 
 class ChunkedPrefill:
     """Sarathi-Serve's stall-free batching: each step's token budget goes first to one
-    token for every running decode, then to chunks of prompts already being prefilled,
-    then to newly admitted prompts, so decodes never wait for a long prefill."""
+    token for every running decode (γ+1 when speculating), then to chunks of prompts
+    already being prefilled, then to newly admitted prompts, so decodes never wait for a
+    long prefill."""
 
     def plan(self, r: Replica, out: list) -> Plan | None:
         r.join_pulled()
@@ -102,7 +103,7 @@ class ChunkedPrefill:
         budget = r.limits.max_batched_tokens
         if r.running:
             r.reserve_decode()
-            budget -= len(r.running)
+            budget -= len(r.running) * r.pricer.decode_tokens
         chunks, budget = _continue_prefills(r, budget)
         chunks += _admit_prompts(r, budget, whole=False)
         if not chunks and not r.running:

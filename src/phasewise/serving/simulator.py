@@ -25,6 +25,7 @@ from phasewise.serving.pricing import DEFAULT_BUCKET_TOKENS, StepPricer
 from phasewise.serving.replica import Limits, Replica, Seq
 from phasewise.serving.requests import ClosedLoop, Requests
 from phasewise.serving.schedulers import DEFAULT_MAX_SEQS, scheduler
+from phasewise.serving.speculative import SpeculativeReplica, Speculation
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 
 # An upper bound on the state a run holds, from tracemalloc peaks of runs and their metrics
@@ -63,6 +64,7 @@ class Server:
     load_balancer: str = "least-outstanding"
     kv_link: str = "infiniband-ndr-400"
     cost: str | CostModel = DEFAULT_COST_MODEL
+    speculation: Speculation | None = None  # on the replicas that decode
 
 
 @dataclass
@@ -106,6 +108,8 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
                     server.max_batched_tokens or how.default_budget(longest, server.max_seqs))
     _check_limits(limits, longest, how.chunked, server.max_batched_tokens is not None)
 
+    notes = server.speculation.warnings(model, server.pool.parallelism) \
+        if server.speculation else []
     pools = {"front": server.pool}
     if how.disaggregated:
         pools["decode"] = server.decode_pool or server.pool
@@ -118,18 +122,26 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
         device = load_hardware(pool.hardware) if isinstance(pool.hardware, str) else pool.hardware
         cost = cost_model_for(server.cost, device) if isinstance(server.cost, str) else server.cost
         cost_name = cost.name
+        spec = server.speculation if role != "prefill" else None
+        draft = extra = None
+        if spec is not None:
+            draft_model, draft_par, _ = spec.drafter(model, pool.parallelism)
+            draft = (draft_model, draft_par, spec.tokens)
+            extra = spec.memory(model, server.precision, pool.parallelism)
         pricer = StepPricer(model, device, server.precision, pool.parallelism, cost,
-                            bucket_tokens=bucket_tokens)
+                            bucket_tokens=bucket_tokens, draft=draft)
         capacity = kv_capacity(model, device, server.precision, pool.parallelism,
                                block_tokens=server.block_tokens,
                                max_batched_tokens=limits.max_batched_tokens,
-                               max_seqs=limits.max_seqs)
+                               max_seqs=limits.max_seqs, draft=extra)
         _check_fits(requests, capacity, role, device.display_name)
         capacities[role] = capacity
         if pool.replicas < 1:
             raise InputError(f"a pool needs at least one replica, got {pool.replicas}.")
-        members = [Replica(len(replicas) + i, role, how.policy(), pricer, capacity, limits, cluster)
-                   for i in range(pool.replicas)]
+        args = (role, how.policy(), pricer, capacity, limits, cluster)
+        members = [SpeculativeReplica(len(replicas) + i, *args,
+                                      tokens_per_round=spec.tokens_per_round) if spec else
+                   Replica(len(replicas) + i, *args) for i in range(pool.replicas)]
         replicas += members
         (cluster.front if role_key == "front" else cluster.decode_pool).extend(members)
     if how.disaggregated:
@@ -151,7 +163,7 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
     return Simulation(server, model, served, replicas, cluster.transfers, capacities, cost_name,
                       closed_loop, sum(r.devices for r in replicas),
                       sum(r.pricer.shapes for r in {id(r.pricer): r for r in replicas}.values()),
-                      loop.handled, bucket_tokens)
+                      loop.handled, bucket_tokens, notes)
 
 
 def check_held_memory(requests: Requests, budget_bytes: float) -> None:

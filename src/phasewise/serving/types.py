@@ -40,6 +40,7 @@ class SimInputs(_Frozen):
     kv_dtype: str
     cost_model: str
     bucket_tokens: int
+    speculation: str | None  # draft, γ, α and the expected tokens a round
     workload: dict[str, str | float | int | None]
 
 
