@@ -20,7 +20,7 @@ from phasewise.serving import Server, parse_lengths, request_metrics, simulate, 
 from phasewise.serving.requests import open_loop
 
 REQUESTS = 10_000
-RATES = (8.0, 20.0, 40.0)  # requests per second: light, busy, saturated (SOL model)
+RATES = (8.0, 20.0, 40.0)  # requests per second: light, busy, near saturation
 
 
 def requests(rate: float, n: int = REQUESTS, osl: str = "256"):  # noqa: ANN201
@@ -56,8 +56,7 @@ def main() -> None:
     print(f"{REQUESTS:,} requests, Poisson, ISL 1024, OSL 256, continuous, Llama-3.1-8B, 1× H100")
     print(f"{'cost':>11} {'rate':>6} {'bucket':>6} {'steps':>9} {'shapes':>7} "
           f"{'simulate':>9} {'+metrics':>9} {'steps/s':>9}")
-    cases = [(DEFAULT_COST_MODEL, r, 16) for r in RATES]
-    cases += [(c, 20.0, 16) for c in COST_MODELS if c != DEFAULT_COST_MODEL]
+    cases = [(cost, rate, 16) for cost in COST_MODELS for rate in RATES]
     cases += [(DEFAULT_COST_MODEL, 20.0, 1)]
     for cost, rate, bucket in cases:
         row = timed(cost, rate, bucket)
