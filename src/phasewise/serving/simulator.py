@@ -107,48 +107,62 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
     limits = Limits(server.max_seqs,
                     server.max_batched_tokens or how.default_budget(longest, server.max_seqs))
     _check_limits(limits, longest, how.chunked, server.max_batched_tokens is not None)
-
     notes = server.speculation.warnings(model, server.pool.parallelism) \
         if server.speculation else []
-    pools = {"front": server.pool}
-    if how.disaggregated:
-        pools["decode"] = server.decode_pool or server.pool
-    replicas: list[Replica] = []
-    capacities: dict[str, KVCapacity] = {}
     cluster = Cluster([], [], server.load_balancer)
-    cost_name = ""
-    for role_key, pool in pools.items():
-        role = "both" if not how.disaggregated else ("prefill" if role_key == "front" else "decode")
-        device = load_hardware(pool.hardware) if isinstance(pool.hardware, str) else pool.hardware
-        cost = cost_model_for(server.cost, device) if isinstance(server.cost, str) else server.cost
-        cost_name = cost.name
-        spec = server.speculation if role != "prefill" else None
-        draft = extra = None
-        if spec is not None:
-            draft_model, draft_par, _ = spec.drafter(model, pool.parallelism)
-            draft = (draft_model, draft_par, spec.tokens)
-            extra = spec.memory(model, server.precision, pool.parallelism)
-        pricer = StepPricer(model, device, server.precision, pool.parallelism, cost,
-                            bucket_tokens=bucket_tokens, draft=draft)
-        capacity = kv_capacity(model, device, server.precision, pool.parallelism,
-                               block_tokens=server.block_tokens,
-                               max_batched_tokens=limits.max_batched_tokens,
-                               max_seqs=limits.max_seqs, draft=extra)
-        _check_fits(requests, capacity, role, device.display_name)
-        capacities[role] = capacity
-        if pool.replicas < 1:
-            raise InputError(f"a pool needs at least one replica, got {pool.replicas}.")
-        args = (role, how.policy(), pricer, capacity, limits, cluster)
-        members = [SpeculativeReplica(len(replicas) + i, *args,
-                                      tokens_per_round=spec.tokens_per_round) if spec else
-                   Replica(len(replicas) + i, *args) for i in range(pool.replicas)]
-        replicas += members
-        (cluster.front if role_key == "front" else cluster.decode_pool).extend(members)
+    capacities = {}
+    pools = {"both": server.pool} if not how.disaggregated else \
+        {"prefill": server.pool, "decode": server.decode_pool or server.pool}
+    for role, pool in pools.items():
+        members, capacities[role] = _replicas(server, model, role, pool, how.policy, limits,
+                                              cluster, requests, bucket_tokens)
+        (cluster.decode_pool if role == "decode" else cluster.front).extend(members)
     if how.disaggregated:
         cluster.link = load_link(server.kv_link)
         cluster.kv_bytes_per_token = kv_cache_bytes_per_device(
             model, server.precision, Parallelism(), sequences=1, context_tokens=1)
+    events = _run(cluster, requests, closed_loop, progress)
+    replicas = cluster.replicas
+    return Simulation(server, model, sorted(cluster.finished, key=lambda s: s.id), replicas,
+                      cluster.transfers, capacities, replicas[0].pricer.cost.name, closed_loop,
+                      sum(r.devices for r in replicas),
+                      sum({id(r.pricer): r.pricer.shapes for r in replicas}.values()), events,
+                      bucket_tokens, notes)
 
+
+def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: Callable,
+              limits: Limits, cluster: Cluster, requests: Requests,
+              bucket_tokens: int) -> tuple[list[Replica], KVCapacity]:
+    """One pool's replicas: their device, step pricer and KV capacity (with the draft's
+    share when they decode speculatively)."""
+    if pool.replicas < 1:
+        raise InputError(f"a pool needs at least one replica, got {pool.replicas}.")
+    device = load_hardware(pool.hardware) if isinstance(pool.hardware, str) else pool.hardware
+    cost = cost_model_for(server.cost, device) if isinstance(server.cost, str) else server.cost
+    spec = server.speculation if role != "prefill" else None
+    draft = extra = None
+    if spec is not None:
+        draft_model, draft_par, _ = spec.drafter(model, pool.parallelism)
+        draft = (draft_model, draft_par, spec.tokens)
+        extra = spec.memory(model, server.precision, pool.parallelism)
+    pricer = StepPricer(model, device, server.precision, pool.parallelism, cost,
+                        bucket_tokens=bucket_tokens, draft=draft)
+    capacity = kv_capacity(model, device, server.precision, pool.parallelism,
+                           block_tokens=server.block_tokens,
+                           max_batched_tokens=limits.max_batched_tokens,
+                           max_seqs=limits.max_seqs, draft=extra)
+    _check_fits(requests, capacity, role, device.display_name)
+    first = len(cluster.replicas)
+    args = (role, policy(), pricer, capacity, limits, cluster)
+    if spec is None:
+        return [Replica(first + i, *args) for i in range(pool.replicas)], capacity
+    return [SpeculativeReplica(first + i, *args, tokens_per_round=spec.tokens_per_round)
+            for i in range(pool.replicas)], capacity
+
+
+def _run(cluster: Cluster, requests: Requests, closed_loop: ClosedLoop | None,
+         progress: Callable[[int, int], None] | None) -> int:
+    """Run the event loop to the end; returns the events handled."""
     source = Source(cluster, requests, closed_loop)
     loop = EventLoop()
     for event in source.first_events():
@@ -159,11 +173,7 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
         report()
     if len(cluster.finished) != len(requests):
         raise RuntimeError(f"{len(requests) - len(cluster.finished)} requests never finished")
-    served = sorted(cluster.finished, key=lambda s: s.id)
-    return Simulation(server, model, served, replicas, cluster.transfers, capacities, cost_name,
-                      closed_loop, sum(r.devices for r in replicas),
-                      sum(r.pricer.shapes for r in {id(r.pricer): r for r in replicas}.values()),
-                      loop.handled, bucket_tokens, notes)
+    return loop.handled
 
 
 def check_held_memory(requests: Requests, budget_bytes: float) -> None:

@@ -5,9 +5,10 @@ tokens a sequence (``estimate.speculative``). A round yields on average
 E = (1 − α^(γ+1)) / (1 − α) tokens (Leviathan et al. 2023, eq. 1). The simulator gives
 every sequence that expectation deterministically: after r rounds in the running set a
 sequence has ⌊r·E⌋ more tokens, with E held as an exact fraction so token counts, block
-counts and token times agree everywhere. Per-round acceptance noise is left out, so ITL
-shows the mean pattern rather than the spread, and the KV slots of rejected drafts
-(freed within the round) are not counted.
+counts and token times agree everywhere. Tokens accepted in one round reach the user
+together (gaps of zero in ITL). Per-round acceptance noise is left out, so ITL shows the
+mean pattern rather than the spread, and the KV slots of rejected drafts (freed within
+the round) are not counted.
 """
 
 from __future__ import annotations
