@@ -228,13 +228,15 @@ def plot_sweep(summaries: list[Any], stem: str | Path, title: str) -> tuple[Path
     by_scheduler: dict[str, list[Any]] = {}
     for s in summaries:
         by_scheduler.setdefault(s.inputs.scheduler, []).append(s)
-    for name, runs in by_scheduler.items():
+    for i, (name, runs) in enumerate(by_scheduler.items()):
         x = [r.inputs.workload.get("rate_rps") or r.inputs.workload.get("clients") or 0 for r in runs]
-        axes[0].plot(x, [r.ttft.p99_s * 1e3 for r in runs], "o-", label=f"{name} p99")
-        axes[0].plot(x, [r.ttft.p50_s * 1e3 for r in runs], "o--", label=f"{name} p50")
-        axes[1].plot(x, [r.tpot.p99_s * 1e3 for r in runs], "o-", label=f"{name} p99")
-        axes[1].plot(x, [r.tpot.p50_s * 1e3 for r in runs], "o--", label=f"{name} p50")
-        axes[2].plot(x, [r.output_tokens_per_s for r in runs], "o-", label=name)
+        color = f"C{i}"
+        for ax, metric in ((axes[0], "ttft"), (axes[1], "tpot")):
+            ax.plot(x, [getattr(r, metric).p99_s * 1e3 for r in runs], "o-", color=color,
+                    label=f"{name} p99")
+            ax.plot(x, [getattr(r, metric).p50_s * 1e3 for r in runs], "o--", color=color,
+                    label=f"{name} p50")
+        axes[2].plot(x, [r.output_tokens_per_s for r in runs], "o-", color=color, label=name)
     closed = summaries[0].inputs.workload.get("clients") is not None
     for ax, label in zip(axes, ("TTFT (ms)", "TPOT (ms)", "output tokens/s")):
         ax.set_xlabel("concurrent clients" if closed else "request rate (req/s)")
