@@ -113,6 +113,7 @@ def _profile_model(device: str, dtype: str, model_ref: str | None, weights: str 
                    out: str | None, plot: str | None, fmt: str, cuda_graphs: bool, seed: int,
                    plan: Any) -> None:
     from phasewise import __version__
+    from phasewise.measure.calibrate import spec_to_document
     from phasewise.measure.loading import resolve_spec
     from phasewise.measure.micro import measure_ceilings
     from phasewise.measure.profile import check_fits, prepare_model
@@ -128,7 +129,7 @@ def _profile_model(device: str, dtype: str, model_ref: str | None, weights: str 
     cost = _calibrated(ceilings, calibration) if calibration else None
     _status(f"building {spec.name} ({'weights from ' + weights if weights else 'random weights'})…")
     reference = prepare_model(spec, plan, dtype=dtype, device=device, weights=weights, seed=seed)
-    document = Profile(tool_version=__version__, model=spec.name,
+    document = Profile(tool_version=__version__, model=spec.name, model_spec=spec_to_document(spec),
                        weights=weights or f"random (seed {seed})", dtype=dtype, device=device,
                        ceilings=ceilings)
     document = _measure_all(reference, spec, ceilings, plan, document, cost, out,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 SCHEMA_VERSION = 1
@@ -75,6 +77,7 @@ class Profile(_Frozen):
     schema_version: int = SCHEMA_VERSION
     tool_version: str
     model: str
+    model_spec: dict[str, Any] = {}  # the ModelSpec's fields, so the run can be re-priced
     weights: str  # "random (seed N)" or the file it came from
     dtype: str
     device: str

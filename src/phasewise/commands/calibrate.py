@@ -1,0 +1,160 @@
+"""`phasewise calibrate`: fit this machine's calibration profile from profile runs and
+write it, with a hardware sheet of the measured ceilings, for `phasewise estimate`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from phasewise.commands._app import app, console, echo, ints, split_list
+from phasewise.errors import InputError
+
+DEFAULT_MODELS = "smollm2-135m"
+
+
+@app.command()
+def calibrate(
+    profiles: Optional[str] = typer.Option(None, "--from", help="Profile documents to fit (JSON "
+                                           "from `phasewise profile --out`), comma list. Without "
+                                           "it, the models of --model are profiled now."),
+    model: str = typer.Option(DEFAULT_MODELS, "--model", "-m", help="Models to profile when "
+                              "--from is not given (comma list)."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default fp32 "
+                                        "on CPU, bf16 on CUDA)."),
+    prompt_lengths: str = typer.Option("128,512", "--prompt-lengths", "--isl",
+                                       help="Prefill points to profile (comma list)."),
+    batch_size: str = typer.Option("1,4,16", "--batch-size", "-b",
+                                   help="Decode batch sizes to profile (comma list)."),
+    context: str = typer.Option("128,1024", "--context", help="Decode contexts to profile."),
+    repeats: int = typer.Option(3, "--repeats", help="Timed repeats per point."),
+    out_dir: Optional[str] = typer.Option(None, "--out-dir", help="Where to write "
+                                          "calibration.toml and hardware.toml (default "
+                                          "$PHASEWISE_HOME or ~/.config/phasewise)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """Fit the calibrated cost model to measurements of this machine."""
+    from phasewise.measure.calibrate import (calibration_toml, fit_calibration,
+                                             hardware_sheet_toml, local_dir)
+    from phasewise.report.output import to_json, write_atomic
+
+    if fmt not in ("table", "json"):
+        raise InputError(f"--format {fmt}: choose table or json.")
+    if profiles:
+        documents = [_read_profile(path) for path in split_list(profiles, "--from", str)]
+    else:
+        documents = _profile_now(split_list(model, "--model", str), device, dtype,
+                                 _plan(prompt_lengths, batch_size, context, repeats))
+    result, hardware = fit_calibration(documents)
+    folder = Path(out_dir).expanduser() if out_dir else local_dir()
+    calibration_path = write_atomic(folder / "calibration.toml", calibration_toml(result, hardware))
+    sheet_path = write_atomic(folder / "hardware.toml", hardware_sheet_toml(documents[0].ceilings))
+    usage = (f"phasewise estimate --hardware {sheet_path} --cost calibrated "
+             f"--calibration {calibration_path}")
+    if fmt == "json":
+        echo(to_json({"calibration": str(calibration_path), "hardware": str(sheet_path),
+                      "usage": usage, "fit": result.profile.fit,
+                      "values": result.profile.values,
+                      "points": _residual_rows(result)}))
+        return
+    console().print(_constants_table(result), _residuals_table(result))
+    sys.stderr.write(f"wrote {calibration_path} and {sheet_path}\nuse it: {usage}\n")
+
+
+def _plan(prompt_lengths: str, batch_size: str, context: str, repeats: int) -> Any:
+    from phasewise.measure.profile import ProfilePlan
+
+    return ProfilePlan(tuple(ints(prompt_lengths, "--prompt-lengths")),
+                       tuple(ints(batch_size, "--batch-size")), tuple(ints(context, "--context")),
+                       repeats=repeats)
+
+
+def _read_profile(path: str) -> Any:
+    import json
+
+    from pydantic import ValidationError
+
+    from phasewise.measure.types import Profile
+
+    try:
+        return Profile.model_validate(json.loads(Path(path).read_text()))
+    except (OSError, json.JSONDecodeError) as err:
+        raise InputError(f"--from {path}: cannot read it as JSON ({err}).") from None
+    except ValidationError:
+        raise InputError(f"--from {path}: not a `phasewise profile --out` document.") from None
+
+
+def _profile_now(models: list[str], device: str, dtype: str | None, plan: Any) -> list[Any]:
+    """Measure the ceilings once, then every model's points, with a progress bar."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from phasewise import __version__
+    from phasewise.catalog import load_model
+    from phasewise.measure.calibrate import spec_to_document
+    from phasewise.measure.micro import measure_ceilings, resolve_device
+    from phasewise.measure.profile import check_fits, prepare_model, profile_points
+    from phasewise.measure.types import Profile
+
+    where = resolve_device(device)
+    dtype = dtype or ("bf16" if where.startswith("cuda") else "fp32")
+    specs = [load_model(m) for m in models]
+    for spec in specs:
+        check_fits(spec, plan, dtype, where)
+    sys.stderr.write(f"measuring the ceilings of {where}…\n")
+    ceilings = measure_ceilings(where)
+    documents = []
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("profiling", total=len(specs) * len(plan.steps))
+        for spec in specs:
+            reference = prepare_model(spec, plan, dtype=dtype, device=where)
+            points = []
+            for point in profile_points(reference, spec, ceilings, plan, dtype=dtype, device=where):
+                points.append(point)
+                progress.update(task, advance=1, description=f"{spec.name}: {point.label}")
+            documents.append(Profile(tool_version=__version__, model=spec.name,
+                                     model_spec=spec_to_document(spec), weights="random (seed 0)",
+                                     dtype=dtype, device=where, ceilings=ceilings,
+                                     points=points, complete=True))
+            del reference
+    return documents
+
+
+def _residual_rows(result: Any) -> list[dict[str, Any]]:
+    return [{"measurement": obs.key, "measured_s": obs.measured_s, "fitted_s": float(pred),
+             "error": float(pred / obs.measured_s - 1.0)}
+            for obs, pred in zip(result.observations, result.predicted_s) if not obs.ceiling]
+
+
+def _constants_table(result: Any) -> Any:
+    from rich.table import Table
+
+    fit = result.profile.fit
+    table = Table(title=f"Fitted constants ({fit['rows']} rows, rms log residual "
+                        f"{fit['rms_log_residual']})", title_justify="left")
+    for column in ("level", "constant", "value", "rows", "rms log residual"):
+        table.add_column(column, justify="left" if column in ("level", "constant") else "right")
+    for level, values in result.profile.values.items():
+        for name, value in sorted(values.items()):
+            record = result.profile.records.get(level, {}).get(name, {})
+            if record.get("rows"):
+                table.add_row(level, name, f"{value:.4g}", str(record.get("rows")),
+                              f"{record.get('rms_log_residual', 0):.3f}")
+    return table
+
+
+def _residuals_table(result: Any) -> Any:
+    from rich.table import Table
+
+    from phasewise.report.units import percent, seconds
+
+    table = Table(title="Measured against fitted", title_justify="left")
+    for column in ("measurement", "measured", "fitted", "error"):
+        table.add_column(column, justify="left" if column == "measurement" else "right")
+    for row in _residual_rows(result):
+        table.add_row(row["measurement"], seconds(row["measured_s"]), seconds(row["fitted_s"]),
+                      percent(row["error"]))
+    return table

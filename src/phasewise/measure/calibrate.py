@@ -1,0 +1,137 @@
+"""Fitting a calibration profile for this machine from profile runs.
+
+Every measured step becomes an ``cost.fit.Observation`` (its time and its ledger), the
+measured ceilings become the device's microbenchmark rows, and ``cost.fit.fit_profile``
+finds the constants of ``cost.Calibrated`` that explain them: the device constants
+(``gemm_fraction``, ``bandwidth_fraction``) at level ``device:<name>`` and the engine
+constants (efficiencies, per-call and per-step overheads) at ``global``, since a local
+profile describes one engine, PyTorch eager on this machine. The result is written in the
+TOML layout ``cost.calibration`` reads, beside a hardware sheet of the measured ceilings,
+so ``phasewise estimate --hardware SHEET --cost calibrated --calibration PROFILE`` prices
+any model on this machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from phasewise.errors import InputError
+from phasewise.ledger import Step, build_ledger
+from phasewise.measure.micro import hardware_from_ceilings
+from phasewise.measure.profile import precision_for
+from phasewise.measure.types import Ceilings, Profile
+from phasewise.specs import HardwareSpec, ModelSpec
+
+LOCAL_DEVICE_NAME = "local"
+FIT_METHOD = ("Levenberg-Marquardt on ln(predicted/measured time), ridge toward each "
+              "constant's prior (cost/fit.py), over phasewise profile runs on this machine")
+
+
+def spec_from_document(profile: Profile) -> ModelSpec:
+    """The ModelSpec a profile ran, as stored in its document (lists back to tuples)."""
+    if not profile.model_spec:
+        raise InputError(f"the profile of {profile.model} does not record its model's shape; "
+                         "profile it again with this version of phasewise.")
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in profile.model_spec.items()}
+    return ModelSpec(**fields)
+
+
+def spec_to_document(spec: ModelSpec) -> dict[str, Any]:
+    return dataclasses.asdict(spec)
+
+
+def observations(profiles: Sequence[Profile], hardware: HardwareSpec) -> list[Any]:
+    """One observation per measured point, plus the GEMM and copy ceilings of each run."""
+    from phasewise.cost.fit import Observation
+
+    rows = []
+    for profile in profiles:
+        spec, precision = spec_from_document(profile), precision_for(profile.dtype)
+        source = f"phasewise profile {profile.model} ({profile.dtype}, {profile.device})"
+        for point in profile.points:
+            step = (Step.prefill(point.new_tokens, batch=point.batch_size)
+                    if point.phase == "prefill" else
+                    Step.decode(point.batch_size, point.context_tokens))
+            ledger = build_ledger(spec, step, precision)
+            rows.append(Observation(f"{profile.model}:{point.label}", source, hardware, None,
+                                    point.time_s, passes=((1.0, ledger),)))
+        ceilings = profile.ceilings
+        micro = f"phasewise profile --micro ({ceilings.device_name})"
+        for fmt, flops_per_s in ceilings.gemm_flops_per_s.items():
+            if fmt in hardware.peak_flops_per_s:
+                rows.append(Observation(f"gemm:{fmt}", micro, hardware, None, 1.0 / flops_per_s,
+                                        ceiling="gemm", math_format=fmt))
+        rows.append(Observation("copy", micro, hardware, None, 1.0 / ceilings.copy_bytes_per_s,
+                                ceiling="memory_bw"))
+    return rows
+
+
+def fit_calibration(profiles: Sequence[Profile], *, ceilings: Ceilings | None = None,
+                    name: str = LOCAL_DEVICE_NAME) -> tuple[Any, HardwareSpec]:
+    """(fit result, device) for ``profiles``; the device is built from ``ceilings`` (the
+    first profile's when None) and named ``name``."""
+    from phasewise.cost.fit import fit_profile
+
+    if not profiles or not any(p.points for p in profiles):
+        raise InputError("calibration needs at least one profile with measured points; run "
+                         "`phasewise profile --out FILE` first.")
+    hardware = hardware_from_ceilings(ceilings or profiles[0].ceilings, name=name)
+    rows = observations(profiles, hardware)
+    result = fit_profile(rows, name=f"{name}-calibration")
+    fit = {"name": f"{name}-calibration", "method": FIT_METHOD, "rows": len(rows),
+           "models": sorted({p.model for p in profiles}),
+           "sources": sorted({row.source for row in rows}),
+           "rms_log_residual": round(float((result.log_residuals ** 2).mean() ** 0.5), 4),
+           "iterations": result.iterations}
+    profile = dataclasses.replace(result.profile, fit=fit)
+    return dataclasses.replace(result, profile=profile), hardware
+
+
+def calibrated_model(result: Any, hardware: HardwareSpec) -> Any:
+    from phasewise.cost.calibrated import Calibrated
+
+    return Calibrated.for_device(hardware, calibration=result.profile)
+
+
+def calibration_toml(result: Any, hardware: HardwareSpec) -> str:
+    from phasewise.cost.calibration import profile_to_toml
+
+    header = (f"# Calibration of {hardware.display_name}, fitted by `phasewise calibrate` to\n"
+              f"# {result.profile.fit.get('rows')} measurements of this machine "
+              f"(rms log residual {result.profile.fit.get('rms_log_residual')}).\n")
+    return header + profile_to_toml(result.profile)
+
+
+def hardware_sheet_toml(ceilings: Ceilings, *, name: str = LOCAL_DEVICE_NAME) -> str:
+    """A hardware sheet in the catalog's layout (human units, each figure with its source)
+    holding the measured ceilings."""
+    compute = "\n".join(f"{fmt}_tflops = {value / 1e12:.6g}"
+                        for fmt, value in ceilings.gemm_flops_per_s.items())
+    return (f'name = "{name}"\n'
+            f'display_name = "{_escape(ceilings.device_name)} ({ceilings.threads} threads, measured)"\n'
+            f'device_class = "{ceilings.device_class}"\n'
+            f'notes = "Measured by phasewise profile --micro: torch {ceilings.versions.get("torch", "")}, '
+            f'{ceilings.threads} threads, clock {ceilings.clock}."\n\n'
+            f"[compute]\n{compute}\n"
+            f'source = "measured: median of {ceilings.repeats} square GEMMs of side '
+            f'{ceilings.gemm_size} per format"\n\n'
+            f"[memory]\ncapacity_gb = {ceilings.memory_bytes / 1e9:.6g}\n"
+            f"bandwidth_gb_per_s = {ceilings.copy_bytes_per_s / 1e9:.6g}\n"
+            f'source = "measured: median copy of {ceilings.buffer_bytes / 2**20:,.0f} MiB, '
+            f'bytes read + written; read-only {ceilings.read_bytes_per_s / 1e9:.4g} GB/s"\n')
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def local_dir() -> Path:
+    """Where `phasewise calibrate` keeps this machine's sheet and profile by default:
+    $PHASEWISE_HOME, else $XDG_CONFIG_HOME/phasewise, else ~/.config/phasewise."""
+    if os.environ.get("PHASEWISE_HOME"):
+        return Path(os.environ["PHASEWISE_HOME"]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "phasewise"
