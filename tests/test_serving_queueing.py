@@ -52,7 +52,7 @@ def test_chunked_prefill_runs_the_new_prompt_beside_the_decodes() -> None:
 
 def test_chunked_prefill_splits_a_long_prompt_over_steps_by_the_budget() -> None:
     # 5,000 prompt tokens under a 2,048-token budget: chunks of 2,048, 2,048 and 904.
-    m = served("chunked", trace((0.0, 5000, 2)))
+    m = served("chunked", trace((0.0, 5000, 2)), max_batched_tokens=2048)
     assert m.ttft_s[0] == pytest.approx(3 * D)
 
 

@@ -38,8 +38,8 @@ def simulate(
                                   "chunked or disaggregated; a comma list sweeps."),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences in flight per replica."),
     max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens", help="Tokens computed per step (chunked: the budget; "
-        "default 2048 chunked, else the longest request or 2048)."),
+        None, "--max-num-batched-tokens", help="Tokens computed per step (default 8192; "
+        "whole-prompt schedulers: at least the longest request)."),
     block_size: int = typer.Option(16, "--block-size", help="KV-cache page size in tokens."),
     load_balancer: str = typer.Option("least-outstanding", "--load-balancer",
                                       help="round-robin or least-outstanding."),

@@ -11,20 +11,17 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from phasewise.errors import InputError, nearest_hint
+from phasewise.estimate.core import PREFILL_CHUNK_TOKENS
 from phasewise.serving.replica import Plan, Replica, Seq
 
 # vLLM's default max_num_seqs (sequences in flight per replica).
 DEFAULT_MAX_SEQS = 256
-# vLLM without chunked prefill sets max_num_batched_tokens to max(max_model_len, 2048):
-# every whole prompt must fit one step.
-WHOLE_PROMPT_MIN_BATCHED_TOKENS = 2048
-# Sarathi-Serve (Agrawal et al., OSDI 2024) evaluates token budgets of 512 (strict TPOT
-# SLOs) and 2048 (relaxed); 2048 keeps prefill throughput for the default case.
-CHUNKED_DEFAULT_BUDGET = 2048
-# A static batch prefills all its prompts in one forward pass; by default it holds as many
-# as 8,192 tokens allow (the prefill size the estimate's memory report assumes), so its
-# activations stay bounded. --max-num-batched-tokens raises it.
-STATIC_BATCH_TOKENS = 8192
+# Tokens one step computes by default: vLLM's default max_num_batched_tokens for online
+# serving with chunked prefill, the prefill size the estimate's memory report assumes too
+# (estimate.core.PREFILL_CHUNK_TOKENS). Schedulers that prefill whole prompts raise it to
+# the longest request, which must fit one step. Sarathi-Serve (Agrawal et al., OSDI 2024)
+# runs 512 or 2048 for tighter TPOT; --max-num-batched-tokens sets it.
+DEFAULT_BATCHED_TOKENS = PREFILL_CHUNK_TOKENS
 
 
 class Policy(Protocol):
@@ -114,27 +111,23 @@ class ChunkedPrefill:
 @dataclass(frozen=True, slots=True)
 class Scheduler:
     """A named way to serve: the batching policy of each replica, whether prefill and
-    decode run on separate pools, and the default token budget per step given the
-    longest request (prompt plus answer, the most a recomputation prefills) and the
-    sequences in flight."""
+    decode run on separate pools, and whether prompts may be split across steps."""
 
     policy: Callable[[], Policy]
     summary: str
     disaggregated: bool = False
     chunked: bool = False
-    whole_batch: bool = False  # one step prefills the whole batch
 
-    def default_budget(self, longest_tokens: int, max_seqs: int) -> int:
+    def default_budget(self, longest_tokens: int) -> int:
+        """Tokens a step computes; whole-prompt schedulers fit the longest request (prompt
+        plus answer, the most a recomputation prefills)."""
         if self.chunked:
-            return CHUNKED_DEFAULT_BUDGET
-        if self.whole_batch:
-            return max(STATIC_BATCH_TOKENS, longest_tokens)
-        return max(WHOLE_PROMPT_MIN_BATCHED_TOKENS, longest_tokens)
+            return DEFAULT_BATCHED_TOKENS
+        return max(DEFAULT_BATCHED_TOKENS, longest_tokens)
 
 
 SCHEDULERS: dict[str, Scheduler] = {
-    "static": Scheduler(StaticBatching, "request-level batches; nothing joins a running batch",
-                        whole_batch=True),
+    "static": Scheduler(StaticBatching, "request-level batches; nothing joins a running batch"),
     "continuous": Scheduler(ContinuousBatching,
                             "vLLM-style continuous batching, whole prompts first"),
     "chunked": Scheduler(ChunkedPrefill, "Sarathi-style chunked prefill under a token budget",

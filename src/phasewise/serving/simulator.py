@@ -104,8 +104,7 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
     how = scheduler(server.scheduler)
     load_balancer(server.load_balancer)  # a clear error before anything is built
     longest = int(np.max(requests.input_tokens + requests.output_tokens)) - 1
-    limits = Limits(server.max_seqs,
-                    server.max_batched_tokens or how.default_budget(longest, server.max_seqs))
+    limits = Limits(server.max_seqs, server.max_batched_tokens or how.default_budget(longest))
     _check_limits(limits, longest, how.chunked, server.max_batched_tokens is not None)
     notes = server.speculation.warnings(model, server.pool.parallelism) \
         if server.speculation else []
