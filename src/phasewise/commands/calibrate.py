@@ -27,8 +27,11 @@ def calibrate(
                                         "on CPU, bf16 on CUDA)."),
     prompt_lengths: str = typer.Option("128,512", "--prompt-lengths", "--isl",
                                        help="Prefill points to profile (comma list)."),
-    batch_size: str = typer.Option("1,4,16", "--batch-size", "-b",
-                                   help="Decode batch sizes to profile (comma list)."),
+    batch_size: str = typer.Option("1", "--batch-size", "-b",
+                                   help="Decode batch sizes to profile (comma list). One by "
+                                        "default: on CPUs, BLAS GEMMs of 2-16 rows run slower "
+                                        "than the smooth curve of the calibrated model, and "
+                                        "fitting them distorts prefill and batch-1 decode."),
     context: str = typer.Option("128,1024", "--context", help="Decode contexts to profile."),
     repeats: int = typer.Option(3, "--repeats", help="Timed repeats per point."),
     out_dir: Optional[str] = typer.Option(None, "--out-dir", help="Where to write "
