@@ -118,17 +118,16 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, start: int, cos: torch.Tensor,
                 sin: torch.Tensor) -> torch.Tensor:
         batch, tokens, _ = x.shape
-        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = self.wqkv(x).split((q_width, kv_width, kv_width), dim=-1)
-        q = q.view(batch, tokens, self.heads, self.head_dim).transpose(1, 2)  # (b, h, t, d)
-        k = k.view(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        rotated = self.heads + self.kv_heads  # query and key heads take RoPE in one call
+        qkv = self.wqkv(x).view(batch, tokens, rotated + self.kv_heads, self.head_dim)
+        qkv = qkv.transpose(1, 2)  # (batch, heads, tokens, head_dim)
+        q, k = apply_rope(qkv[:, :rotated], cos, sin).split((self.heads, self.kv_heads), dim=1)
+        v = qkv[:, rotated:]
         key_start = _window_start(start, tokens, self.window)
         assert self.cache is not None, "call setup_caches() before running the model"
         keys, values = self.cache.update(start, k, v, key_start)
         y = _sdpa(q, keys, values, start, key_start, self.window)
-        return self.wo(y.transpose(1, 2).reshape(batch, tokens, q_width))
+        return self.wo(y.transpose(1, 2).reshape(batch, tokens, self.heads * self.head_dim))
 
 
 def _window_start(start: int, tokens: int, window: int | None) -> int:
