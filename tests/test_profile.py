@@ -181,3 +181,9 @@ def test_loading_the_cli_and_the_measure_package_does_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_fp16_on_a_cpu_is_refused():
+    plan = ProfilePlan(prompt_lengths=(8,), batch_sizes=(1,), contexts=(8,))
+    with pytest.raises(InputError, match="use --dtype fp32 or bf16"):
+        check_fits(load_model("smollm2-135m"), plan, "fp16", "cpu")

@@ -83,7 +83,11 @@ def required_bytes(spec: ModelSpec, plan: ProfilePlan, dtype: str) -> float:
 
 
 def check_fits(spec: ModelSpec, plan: ProfilePlan, dtype: str, device: str) -> float:
-    """Refuse, before allocating anything, a profile that would not fit in free memory."""
+    """Refuse, before allocating anything, a profile that would not fit in free memory, or
+    fp16 on a CPU (without AVX512-FP16, torch runs fp16 matmul through a slow scalar path)."""
+    if dtype == "fp16" and device == "cpu":
+        raise InputError("fp16 on a CPU runs matmuls through a slow fallback and measures "
+                         "nothing useful; use --dtype fp32 or bf16.")
     need = required_bytes(spec, plan, dtype)
     free = available_memory_bytes(device)
     if need > USABLE_MEMORY_FRACTION * free:
@@ -109,9 +113,10 @@ def profile_points(model: Any, spec: ModelSpec, ceilings: Ceilings, plan: Profil
         group = step.groups[0]
         tokens = torch.randint(0, spec.vocab_size, (group.count, group.new_tokens),
                                generator=generator).to(device)
+        # MoE routing reads expert counts back to the host, which a CUDA graph cannot hold.
+        graph = cuda_graphs and phase == "decode" and not spec.is_moe
         sample, graphed = measure_step(model, tokens, group.cached_tokens, device=device,
-                                       warmup=plan.warmup, repeats=plan.repeats,
-                                       cuda_graph=cuda_graphs and phase == "decode")
+                                       warmup=plan.warmup, repeats=plan.repeats, cuda_graph=graph)
         yield make_point(phase, step, sample, spec, precision, hardware, ceilings, cost, graphed)
 
 
