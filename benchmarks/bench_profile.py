@@ -33,7 +33,8 @@ LLAMA_SHAPED_111M = ModelSpec(name="llama-shaped-111m", hidden_size=1024, num_la
                               vocab_size=32000, tie_word_embeddings=True, model_type="llama")
 PLAN = ProfilePlan(prompt_lengths=(512, 2048), batch_sizes=(1, 64), contexts=(128, 512),
                    warmup=1, repeats=5)
-CALIBRATION_PLAN = ProfilePlan(prompt_lengths=(128, 512), batch_sizes=(1,), contexts=(128, 1024),
+CALIBRATION_PLAN = ProfilePlan(prompt_lengths=(128, 256, 512, 1024), batch_sizes=(1,),
+                               contexts=(128, 1024),
                                warmup=1, repeats=5)
 TARGET_MFU, TARGET_MBU = 0.80, 0.60  # prefill vs GEMM ceiling; batch-1 decode vs copy bandwidth
 

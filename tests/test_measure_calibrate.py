@@ -43,8 +43,8 @@ def profile_of(spec, plan, ceilings):
 
 @pytest.fixture(scope="module")
 def calibration_profile(ceilings):
-    plan = ProfilePlan(prompt_lengths=(32, 128, 512), batch_sizes=(1,), contexts=(64, 512),
-                       repeats=3)
+    plan = ProfilePlan(prompt_lengths=(64, 128, 256, 512), batch_sizes=(1,), contexts=(64, 512),
+                       repeats=5)
     return profile_of(CALIBRATED_ON, plan, ceilings)
 
 
@@ -52,7 +52,7 @@ def test_a_calibration_on_one_model_predicts_another_within_fifteen_percent(ceil
                                                                            calibration_profile):
     result, hardware = fit_calibration([calibration_profile])
     calibrated = calibrated_model(result, hardware)
-    plan = ProfilePlan(prompt_lengths=(256,), batch_sizes=(1,), contexts=(256,), repeats=3)
+    plan = ProfilePlan(prompt_lengths=(256,), batch_sizes=(1,), contexts=(256,), repeats=5)
     measured = profile_of(HELD_OUT, plan, ceilings)
     for point in measured.points:
         step = (Step.prefill(point.new_tokens) if point.phase == "prefill"
@@ -65,7 +65,7 @@ def test_a_calibration_on_one_model_predicts_another_within_fifteen_percent(ceil
 def test_the_fit_records_what_it_was_fitted_to(calibration_profile):
     result, hardware = fit_calibration([calibration_profile])
     fit = result.profile.fit
-    assert fit["models"] == ["small-a"] and fit["rows"] == 5 + 3  # 5 points, 2 GEMMs, 1 copy
+    assert fit["models"] == ["small-a"] and fit["rows"] == 6 + 3  # 6 points, 2 GEMMs, 1 copy
     assert "gemm_fraction" in result.profile.values[f"device:{hardware.name}"]
 
 

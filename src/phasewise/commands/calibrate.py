@@ -25,7 +25,7 @@ def calibrate(
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default fp32 "
                                         "on CPU, bf16 on CUDA)."),
-    prompt_lengths: str = typer.Option("128,512", "--prompt-lengths", "--isl",
+    prompt_lengths: str = typer.Option("128,256,512,1024", "--prompt-lengths", "--isl",
                                        help="Prefill points to profile (comma list)."),
     batch_size: str = typer.Option("1", "--batch-size", "-b",
                                    help="Decode batch sizes to profile (comma list). One by "

@@ -17,11 +17,13 @@ PROFILE_FORMATS = ("table", "json", "md")
 
 @app.command()
 def profile(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog name, config.json or "
-                                        f"its folder (default {DEFAULT_MODEL}, or read from --weights)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog name, config.json "
+                                        f"or its folder (default {DEFAULT_MODEL}, or read from "
+                                        "--weights)."),
     weights: Optional[str] = typer.Option(None, "--weights", help="Real weights: a .gguf file or "
                                           "a folder of .safetensors in Hugging Face layout "
-                                          "(default: random weights; speed does not depend on them)."),
+                                          "(default: random weights; speed does not depend on "
+                                          "them)."),
     micro: bool = typer.Option(False, "--micro", help="Only the microbenchmarks: GEMM ceiling per "
                                "format, copy and read bandwidth."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
@@ -33,14 +35,16 @@ def profile(
                                    help="Decode points: sequences per step (comma list)."),
     context: str = typer.Option("512", "--context", help="Decode points: cached tokens per "
                                 "sequence (comma list)."),
-    repeats: int = typer.Option(5, "--repeats", help="Timed repeats per point (the median is kept)."),
+    repeats: int = typer.Option(5, "--repeats", help="Timed repeats per point (the median is "
+                                "kept)."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed runs before the repeats."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch "
                                           "(default: torch's, which follows OMP_NUM_THREADS)."),
     ceilings_file: Optional[str] = typer.Option(None, "--ceilings", help="Reuse the ceilings of "
                                                 "an earlier run (its JSON) instead of measuring."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", help="A calibration profile "
-                                              "(TOML): show the calibrated model's expected time too."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="A calibration "
+                                              "profile (TOML): show the calibrated model's "
+                                              "expected time too."),
     gemm_size: Optional[int] = typer.Option(None, "--gemm-size", help="Side of the square GEMMs "
                                             "(default 2048 on CPU, 8192 on CUDA)."),
     buffer_mib: Optional[int] = typer.Option(None, "--buffer-mib", help="Bandwidth buffer, MiB "
@@ -127,7 +131,8 @@ def _profile_model(device: str, dtype: str, model_ref: str | None, weights: str 
         _status(f"measuring the ceilings of {device}…")
         ceilings = measure_ceilings(device, **measure)
     cost = _calibrated(ceilings, calibration) if calibration else None
-    _status(f"building {spec.name} ({'weights from ' + weights if weights else 'random weights'})…")
+    source = f"weights from {weights}" if weights else "random weights"
+    _status(f"building {spec.name} ({source})…")
     reference = prepare_model(spec, plan, dtype=dtype, device=device, weights=weights, seed=seed)
     document = Profile(tool_version=__version__, model=spec.name, model_spec=spec_to_document(spec),
                        weights=weights or f"random (seed {seed})", dtype=dtype, device=device,

@@ -111,10 +111,12 @@ def hardware_sheet_toml(ceilings: Ceilings, *, name: str = LOCAL_DEVICE_NAME) ->
     compute = "\n".join(f"{fmt}_tflops = {value / 1e12:.6g}"
                         for fmt, value in ceilings.gemm_flops_per_s.items())
     return (f'name = "{name}"\n'
-            f'display_name = "{_escape(ceilings.device_name)} ({ceilings.threads} threads, measured)"\n'
+            f'display_name = "{_escape(ceilings.device_name)} ({ceilings.threads} threads, '
+            'measured)"\n'
             f'device_class = "{ceilings.device_class}"\n'
-            f'notes = "Measured by phasewise profile --micro: torch {ceilings.versions.get("torch", "")}, '
-            f'{ceilings.threads} threads, clock {ceilings.clock}."\n\n'
+            'notes = "Measured by phasewise profile --micro: torch '
+            f'{ceilings.versions.get("torch", "")}, {ceilings.threads} threads, clock '
+            f'{ceilings.clock}."\n\n'
             f"[compute]\n{compute}\n"
             f'source = "measured: median of {ceilings.repeats} square GEMMs of side '
             f'{ceilings.gemm_size} per format"\n\n'

@@ -67,7 +67,8 @@ def spec_from_gguf(reader: Any, name: str) -> ModelSpec:
 
     heads, hidden = int(need("attention.head_count")), int(need("embedding_length"))
     tensors = {t.name for t in reader.tensors}
-    vocab = metadata(reader, f"{arch}.vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)
+    vocab = (metadata(reader, f"{arch}.vocab_size")
+             or len(reader.fields["tokenizer.ggml.tokens"].data))
     return ModelSpec(
         name=name, hidden_size=hidden, num_layers=int(need("block_count")), num_heads=heads,
         num_kv_heads=int(metadata(reader, f"{arch}.attention.head_count_kv", heads)),
@@ -119,7 +120,8 @@ def load_gguf(model: Any, spec: ModelSpec, path: str | Path, reader: Any = None)
 
     reader = reader or open_gguf(path)
     by_name = {hf_name(t.name): t for t in reader.tensors}
-    shapes = {name: tuple(int(n) for n in reversed(t.shape.tolist())) for name, t in by_name.items()}
+    shapes = {name: tuple(int(n) for n in reversed(t.shape.tolist()))
+              for name, t in by_name.items()}
     check_shapes(spec, shapes, str(path))
     load_into(model, spec, lambda name: _hf_values(reader, by_name[name], name, spec, str(path)))
 

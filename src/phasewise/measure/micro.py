@@ -49,7 +49,8 @@ def resolve_device(device: str = "auto") -> str:
     if device == "auto":
         return "cuda:0" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"--device {device}: no CUDA device is visible to torch; use --device cpu.")
+        raise InputError(f"--device {device}: no CUDA device is visible to torch; use "
+                         "--device cpu.")
     if device != "cpu" and not device.startswith("cuda"):
         raise InputError(f"--device {device}: choose cpu, cuda, cuda:N or auto.")
     return "cuda:0" if device == "cuda" else device

@@ -133,7 +133,8 @@ def measure_step(model: Any, tokens: Any, start: int, *, device: str, warmup: in
                          repeats=repeats), False
     run = lambda: decode_one_token(model, tokens, start)  # noqa: E731
     replay = _capture_graph(run) if cuda_graph and device.startswith("cuda") else None
-    return time_call(replay or run, device=device, warmup=warmup, repeats=repeats), replay is not None
+    sample = time_call(replay or run, device=device, warmup=warmup, repeats=repeats)
+    return sample, replay is not None
 
 
 def _capture_graph(run: Any) -> Any:
@@ -165,7 +166,8 @@ def make_point(phase: str, step: Step, sample: Sample, spec: ModelSpec, precisio
     expected = cost.step_time(ledger, hardware).total.time_s if cost is not None else None
     time_s = sample.median_s
     flops_per_s, bytes_per_s = ledger.flops / time_s, ledger.memory_bytes / time_s
-    label = f"pp{group.new_tokens}" if phase == "prefill" else f"tg@{group.cached_tokens}×{group.count}"
+    label = (f"pp{group.new_tokens}" if phase == "prefill"
+             else f"tg@{group.cached_tokens}×{group.count}")
     return ProfilePoint(
         phase=phase, label=label, batch_size=group.count, new_tokens=group.new_tokens,
         context_tokens=group.cached_tokens, time_s=time_s, min_time_s=sample.min_s,

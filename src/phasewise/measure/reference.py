@@ -155,7 +155,8 @@ class LatentAttention(nn.Module):
     def __init__(self, spec: ModelSpec, window: int | None) -> None:
         super().__init__()
         self.heads, self.window = spec.num_heads, window
-        self.nope, self.rope, self.v_dim = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+        self.nope, self.rope = spec.qk_nope_head_dim, spec.qk_rope_head_dim
+        self.v_dim = spec.v_head_dim
         self.lora, self.q_lora = spec.kv_lora_rank, spec.q_lora_rank
         h = spec.hidden_size
         self.wqkv_a = nn.Linear(h, self.q_lora + self.lora + self.rope, bias=False)
@@ -317,7 +318,8 @@ class Transformer(nn.Module):
         self.rope_cos, self.rope_sin = cos.to(param), sin.to(param)
         self.max_tokens = max_tokens
 
-    def forward(self, tokens: torch.Tensor, start: int, *, all_logits: bool = False) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, start: int, *,
+                all_logits: bool = False) -> torch.Tensor:
         """Logits of the last new token of each sequence, (batch, vocab), or of every new
         token, (batch, tokens, vocab); ``tokens`` is (batch, new_tokens) at positions
         ``start`` onwards."""

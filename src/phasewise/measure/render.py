@@ -59,7 +59,8 @@ def points_table(profile: Profile) -> Any:
                "bytes/s", "MFU", "MBU", "bound (ledger)", "speed of light", "measured ÷ SoL"]
     columns += ["expected", "measured ÷ expected"] if expected else []
     for column in columns:
-        table.add_column(column, justify="left" if column in ("step", "bound (ledger)") else "right")
+        left = column in ("step", "bound (ledger)")
+        table.add_column(column, justify="left" if left else "right")
     ridge = _ridge(profile)
     for p in profile.points:
         cells = [p.label, str(p.batch_size), f"{p.context_tokens:,}", seconds(p.time_s),
@@ -119,7 +120,8 @@ def roofline_figure(profile: Profile, stem: str | Path) -> tuple[Path, Path]:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic, from the ledger)")
     ax.set_ylabel("achieved FLOP/s")
-    title = f"{profile.model} on {ceilings.device_name} ({ceilings.threads} threads, {profile.dtype})"
+    title = (f"{profile.model} on {ceilings.device_name} ({ceilings.threads} threads, "
+             f"{profile.dtype})")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")

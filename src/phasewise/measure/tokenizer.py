@@ -68,7 +68,8 @@ class BPETokenizer:
         return cls(list(metadata(reader, "tokenizer.ggml.tokens")),
                    list(metadata(reader, "tokenizer.ggml.merges")),
                    [int(t) for t in metadata(reader, "tokenizer.ggml.token_type")],
-                   digits_first=metadata(reader, "tokenizer.ggml.pre", "") in DIGIT_FIRST_PRE_TOKENIZERS)
+                   digits_first=(metadata(reader, "tokenizer.ggml.pre", "")
+                                 in DIGIT_FIRST_PRE_TOKENIZERS))
 
     def encode(self, text: str) -> list[int]:
         """Control tokens written in the text become their ids; the rest is pre-split, mapped

@@ -40,57 +40,60 @@ def checkpoint_layout(spec: ModelSpec) -> list[Slot]:
     from phasewise.measure.reference import QKV_BIAS_MODEL_TYPES
 
     h = spec.hidden_size
-    slots = [Slot("embed.weight", (Part("model.embed_tokens.weight", (spec.vocab_size, h)),))]
+    slots = [_one("embed.weight", "model.embed_tokens.weight", (spec.vocab_size, h))]
     for i in range(spec.num_layers):
         hf, ours = f"model.layers.{i}", f"layers.{i}"
-        slots.append(Slot(f"{ours}.attn_norm.weight", (Part(f"{hf}.input_layernorm.weight", (h,)),)))
+        slots.append(_one(f"{ours}.attn_norm.weight", f"{hf}.input_layernorm.weight", (h,)))
         slots += _mla_slots(spec, hf, ours) if spec.is_mla else _attention_slots(
             spec, hf, ours, bias=spec.model_type in QKV_BIAS_MODEL_TYPES)
-        slots.append(Slot(f"{ours}.mlp_norm.weight",
-                          (Part(f"{hf}.post_attention_layernorm.weight", (h,)),)))
+        slots.append(_one(f"{ours}.mlp_norm.weight", f"{hf}.post_attention_layernorm.weight",
+                          (h,)))
         if spec.layer_is_moe(i):
             slots += _moe_slots(spec, hf, ours)
         else:
             slots += _mlp_slots(spec, f"{hf}.mlp", f"{ours}.mlp", spec.intermediate_size)
-    slots.append(Slot("norm.weight", (Part("model.norm.weight", (h,)),)))
+    slots.append(_one("norm.weight", "model.norm.weight", (h,)))
     if not spec.tie_word_embeddings:
-        slots.append(Slot("lm_head.weight", (Part("lm_head.weight", (spec.vocab_size, h)),)))
+        slots.append(_one("lm_head.weight", "lm_head.weight", (spec.vocab_size, h)))
     return slots
 
 
+def _one(target: str, name: str, shape: tuple[int, ...]) -> Slot:
+    return Slot(target, (Part(name, shape),))
+
+
 def _attention_slots(spec: ModelSpec, hf: str, ours: str, *, bias: bool) -> list[Slot]:
-    h, d = spec.hidden_size, spec.head_dim
+    h, d, attn = spec.hidden_size, spec.head_dim, f"{hf}.self_attn"
     widths = {"q": spec.num_heads * d, "k": spec.num_kv_heads * d, "v": spec.num_kv_heads * d}
     slots = [Slot(f"{ours}.attn.wqkv.weight",
-                  tuple(Part(f"{hf}.self_attn.{p}_proj.weight", (w, h)) for p, w in widths.items()))]
+                  tuple(Part(f"{attn}.{p}_proj.weight", (w, h)) for p, w in widths.items()))]
     if bias:
         slots.append(Slot(f"{ours}.attn.wqkv.bias",
-                          tuple(Part(f"{hf}.self_attn.{p}_proj.bias", (w,)) for p, w in widths.items())))
-    slots.append(Slot(f"{ours}.attn.wo.weight",
-                      (Part(f"{hf}.self_attn.o_proj.weight", (h, spec.num_heads * d)),)))
+                          tuple(Part(f"{attn}.{p}_proj.bias", (w,)) for p, w in widths.items())))
+    slots.append(_one(f"{ours}.attn.wo.weight", f"{attn}.o_proj.weight", (h, spec.num_heads * d)))
     return slots
 
 
 def _mla_slots(spec: ModelSpec, hf: str, ours: str) -> list[Slot]:
     """DeepSeek-V2/V3 names: q_a_proj, q_a_layernorm, q_b_proj (q_proj without a q LoRA),
     kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj."""
-    h, heads, lora, rope = spec.hidden_size, spec.num_heads, spec.kv_lora_rank, spec.qk_rope_head_dim
-    attn, q_lora = f"{hf}.self_attn", spec.q_lora_rank
-    kv_a = Part(f"{attn}.kv_a_proj_with_mqa.weight", (lora + rope, h))
+    h, heads, lora, q_lora = spec.hidden_size, spec.num_heads, spec.kv_lora_rank, spec.q_lora_rank
+    attn, mine = f"{hf}.self_attn", f"{ours}.attn"
+    kv_a = Part(f"{attn}.kv_a_proj_with_mqa.weight", (lora + spec.qk_rope_head_dim, h))
     q_out = heads * spec.qk_head_dim
-    slots = []
     if q_lora:
-        slots.append(Slot(f"{ours}.attn.wqkv_a.weight", (Part(f"{attn}.q_a_proj.weight", (q_lora, h)), kv_a)))
-        slots.append(Slot(f"{ours}.attn.q_a_norm.weight", (Part(f"{attn}.q_a_layernorm.weight", (q_lora,)),)))
-        slots.append(Slot(f"{ours}.attn.wq_b.weight", (Part(f"{attn}.q_b_proj.weight", (q_out, q_lora)),)))
+        q_a = Part(f"{attn}.q_a_proj.weight", (q_lora, h))
+        slots = [Slot(f"{mine}.wqkv_a.weight", (q_a, kv_a)),
+                 _one(f"{mine}.q_a_norm.weight", f"{attn}.q_a_layernorm.weight", (q_lora,)),
+                 _one(f"{mine}.wq_b.weight", f"{attn}.q_b_proj.weight", (q_out, q_lora))]
     else:
-        slots.append(Slot(f"{ours}.attn.wqkv_a.weight", (kv_a,)))
-        slots.append(Slot(f"{ours}.attn.wq_b.weight", (Part(f"{attn}.q_proj.weight", (q_out, h)),)))
+        slots = [Slot(f"{mine}.wqkv_a.weight", (kv_a,)),
+                 _one(f"{mine}.wq_b.weight", f"{attn}.q_proj.weight", (q_out, h))]
     kv_b_rows = heads * (spec.qk_nope_head_dim + spec.v_head_dim)
     return slots + [
-        Slot(f"{ours}.attn.kv_a_norm.weight", (Part(f"{attn}.kv_a_layernorm.weight", (lora,)),)),
-        Slot(f"{ours}.attn.wkv_b.weight", (Part(f"{attn}.kv_b_proj.weight", (kv_b_rows, lora)),)),
-        Slot(f"{ours}.attn.wo.weight", (Part(f"{attn}.o_proj.weight", (h, heads * spec.v_head_dim)),)),
+        _one(f"{mine}.kv_a_norm.weight", f"{attn}.kv_a_layernorm.weight", (lora,)),
+        _one(f"{mine}.wkv_b.weight", f"{attn}.kv_b_proj.weight", (kv_b_rows, lora)),
+        _one(f"{mine}.wo.weight", f"{attn}.o_proj.weight", (h, heads * spec.v_head_dim)),
     ]
 
 
@@ -99,14 +102,14 @@ def _mlp_slots(spec: ModelSpec, hf: str, ours: str, width: int) -> list[Slot]:
     h = spec.hidden_size
     up = (("gate_proj", "up_proj") if spec.gated_mlp else ("up_proj",))
     return [Slot(f"{ours}.w_up.weight", tuple(Part(f"{hf}.{p}.weight", (width, h)) for p in up)),
-            Slot(f"{ours}.w_down.weight", (Part(f"{hf}.down_proj.weight", (h, width)),))]
+            _one(f"{ours}.w_down.weight", f"{hf}.down_proj.weight", (h, width))]
 
 
 def _moe_slots(spec: ModelSpec, hf: str, ours: str) -> list[Slot]:
     """Router mlp.gate, experts mlp.experts.{j}.*, shared experts mlp.shared_experts.*
     (DeepSeek and Qwen3-MoE names)."""
-    slots = [Slot(f"{ours}.mlp.router.weight",
-                  (Part(f"{hf}.mlp.gate.weight", (spec.num_experts, spec.hidden_size)),))]
+    slots = [_one(f"{ours}.mlp.router.weight", f"{hf}.mlp.gate.weight",
+                  (spec.num_experts, spec.hidden_size))]
     for j in range(spec.num_experts):
         slots += _mlp_slots(spec, f"{hf}.mlp.experts.{j}", f"{ours}.mlp.experts.{j}",
                             spec.moe_intermediate_size)
