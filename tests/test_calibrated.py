@@ -29,12 +29,13 @@ def test_gemm_time_by_hand():
     op = Op("mlp.up", "gemm", "x", 1, 2.0 * m * n * k, weights=n * k * 2.0,
             activations=(m * k + m * n) * 2.0, m=m, n=n, k=k)
     c = Constants(**ROUND)
-    compute_s, memory_s, network_s, overhead_s = priced_parts(op_features(op, h100, "bf16"), c)
+    compute_s, memory_s, serial_s, network_s, overhead_s = priced_parts(
+        op_features(op, h100, "bf16"), c)
     ridge = 989.4e12 / 3.35e12
     shape = m / (m + 0.25 * ridge)  # a bf16 GEMM does m FLOPs per weight byte
     assert compute_s == pytest.approx(2 * m * n * k / (989.4e12 * 0.8 * 0.5 * shape), rel=1e-9)
     assert memory_s == pytest.approx((3 * 4096 * 4096 * 2 + 1e5) / (3.35e12 * 0.9 * 0.5), rel=1e-9)
-    assert network_s == 0.0 and overhead_s == pytest.approx(1e-5)
+    assert serial_s == network_s == 0.0 and overhead_s == pytest.approx(1e-5)
     timing = Calibrated(c).op_time(op, h100, "bf16")
     assert timing.time_s == pytest.approx(max(compute_s, memory_s) + 1e-5)
     assert timing.bound == "compute"
@@ -48,8 +49,8 @@ def test_block_quantized_weights_pay_the_dequant_factors_and_native_fp8_does_not
     fp16 = build_ledger(model, Step.decode(1, 10), Precision("fp16", "fp16", "fp16"))
     up_q4 = next(op for op in gguf.ops if op.name == "mlp.up")
     up_16 = next(op for op in fp16.ops if op.name == "mlp.up")
-    _, q4_memory, _, _ = priced_parts(op_features(up_q4, rtx, "fp16"), c)
-    _, f16_memory, _, _ = priced_parts(op_features(up_16, rtx, "fp16"), c)
+    q4_memory = priced_parts(op_features(up_q4, rtx, "fp16"), c).memory_s
+    f16_memory = priced_parts(op_features(up_16, rtx, "fp16"), c).memory_s
     # the same kernel, fewer bytes, at 0.8 of the bandwidth
     bw = 1008e9 * 0.9 * 0.5
     assert q4_memory == pytest.approx((up_q4.memory_bytes + up_q4.calls * 1e5) / (bw * 0.8))
@@ -70,9 +71,70 @@ def test_one_token_gemms_are_bandwidth_bound_in_every_weight_format_and_device()
         ledger = build_ledger(model, Step.decode(1, 10), Precision(fmt, "fp16", "fp16"))
         up = next(op for op in ledger.ops if op.name == "mlp.up")
         for device in ("m1", "rtx-4090", "h100-sxm"):
-            compute_s, memory_s, _, _ = priced_parts(
-                op_features(up, load_hardware(device), "fp16"), c)
+            parts = priced_parts(op_features(up, load_hardware(device), "fp16"), c)
+            compute_s, memory_s = parts.compute_s, parts.memory_s
             assert compute_s < memory_s, (fmt, device)
+
+
+def _prefill_op(name, precision, tokens=512, model="llama-3-8b"):
+    ledger = build_ledger(load_model(model), Step.prefill(tokens), precision)
+    return next(op for op in ledger.ops if op.name == name)
+
+
+def test_llama_cpp_on_geforce_runs_fp16_gemms_at_the_fp16_accumulate_rate():
+    """ggml's CUDA backend multiplies in fp16 with CUBLAS_COMPUTE_16F; a GeForce RTX 4090
+    does that at 330.3 dense TFLOP/s, twice the sheet's fp32-accumulate 165.2."""
+    rtx, c = load_hardware("rtx-4090"), Constants(**ROUND)
+    up = _prefill_op("mlp.up", Precision("fp16", "fp16", "fp16"))
+    llama = Calibrated.for_device(rtx, engine="llama.cpp").traits
+    generic = Calibrated.for_device(rtx).traits
+    assert (llama.gemm_peak_factor, generic.gemm_peak_factor) == (2.0, 1.0)
+    ridge = 165.2e12 / 1008e9
+    shape = 512 / (512 + 0.25 * ridge)  # fp16 weights: 512 FLOPs per weight byte at m = 512
+    expected = up.flops / (165.2e12 * 2.0 * 0.8 * 0.5 * shape)
+    assert priced_parts(op_features(up, rtx, "fp16", llama), c).compute_s == \
+        pytest.approx(expected, rel=1e-9)
+    # a data-centre part runs both accumulations at one rate
+    assert Calibrated.for_device(load_hardware("a100-80gb-sxm"),
+                                 engine="llama.cpp").traits.gemm_peak_factor == 1.0
+
+
+def test_llama_cpp_cuda_prefill_dequantizes_weights_to_fp16_before_the_gemm():
+    """Over 32 tokens, ggml-cuda converts Q4_K_M weights (4.89 bits) to an fp16 buffer in a
+    kernel of its own, then multiplies the fp16 copy; Metal dequantizes inside the GEMM."""
+    c = Constants(**ROUND)
+    q4 = Precision("Q4_K_M", "fp16", "fp16")
+    up = _prefill_op("mlp.up", q4)  # 32 calls of 4096 x 28672 weights
+    weights = 4096 * 28672 * 32
+    assert up.weights == pytest.approx(weights * 4.89 / 8)
+    rtx = load_hardware("rtx-4090")
+    traits = Calibrated.for_device(rtx, engine="llama.cpp").traits
+    f = op_features(up, rtx, "fp16", traits)
+    assert f.dequantized == 0.0 and f.kernels == 64
+    assert f.serial_bytes == pytest.approx(weights * (4.89 / 8 + 2))  # read Q4_K_M, write fp16
+    assert f.memory_bytes == pytest.approx(up.activations + 2 * weights)  # the GEMM reads fp16
+    streaming = 1008e9 * 0.9 * 0.5
+    assert priced_parts(f, c).serial_s == pytest.approx(weights * (4.89 / 8 + 2) / streaming)
+    metal = op_features(up, load_hardware("m2-ultra"), "fp16",
+                        Calibrated.for_device(load_hardware("m2-ultra"), engine="llama.cpp").traits)
+    assert metal.dequantized == 1.0 and metal.serial_bytes == 0.0
+    small = op_features(_prefill_op("mlp.up", q4, tokens=32), rtx, "fp16", traits)
+    assert small.dequantized == 1.0 and small.serial_bytes == 0.0  # MMQ up to 32 tokens
+
+
+def test_unfused_attention_moves_every_score_through_memory():
+    """llama-bench runs without flash attention: each of the h · (causal pairs) scores of a
+    512-token prompt is written, soft-maxed and read back in F32 (16 bytes); on CUDA the
+    fp16 staging copies of batched cuBLAS add 8 (24 bytes). Fused engines move none."""
+    score = _prefill_op("attn.score", Precision("fp16", "fp16", "fp16"))
+    scores = 32 * 32 * (512 * 513 / 2)  # layers x heads x causal pairs
+    assert score.flops == pytest.approx(4 * 128 * scores)
+    for device, engine, per_score in (("m2-ultra", "llama.cpp", 16), ("rtx-4090", "llama.cpp", 24),
+                                      ("rtx-4090", "vllm", 0), ("rtx-4090", None, 0)):
+        hardware = load_hardware(device)
+        traits = Calibrated.for_device(hardware, engine=engine).traits
+        assert op_features(score, hardware, "fp16", traits).serial_bytes == \
+            pytest.approx(per_score * scores), (device, engine)
 
 
 def test_a_long_prompt_is_split_into_micro_batches_that_sum_to_the_whole():
@@ -89,7 +151,7 @@ def test_llama_cpp_prefill_costs_the_sum_of_its_micro_batches():
     model, rtx = load_model("llama-3-8b"), load_hardware("rtx-4090")
     precision = Precision("Q4_K_M", "fp16", "fp16")
     cost = Calibrated.for_device(rtx, engine="llama.cpp")
-    assert cost.constants.prefill_ubatch_tokens == 512
+    assert cost.traits.prefill_ubatch_tokens == 512
     est = estimate(model, rtx, Workload(2048, 1, 1), precision, cost=cost)
     chunks = [build_ledger(model, s, precision) for s in split_prefill(Step.prefill(2048), 512)]
     assert est.ttft_s == pytest.approx(sum(cost.step_time(l, rtx).total.time_s for l in chunks))

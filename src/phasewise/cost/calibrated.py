@@ -2,17 +2,26 @@
 
 For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
 
-    compute_s = FLOPs / (peak · gemm_fraction · e)
+    compute_s = FLOPs / (peak · peak_factor · gemm_fraction · e)
         e = gemm_efficiency · I / (I + gemm_intensity_half · ridge) · (dequant_compute if
             block-quantized), I the GEMM's FLOPs per weight byte
             for GEMMs, attention_efficiency for attention, 1 for elementwise work
     memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
                  · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights))
         i.e. bandwidth ramps as s / (s + bytes_half) with s the bytes per call
-    time_s    = max(compute_s, memory_s) + calls · kernel_overhead_s
+    serial_s  = serial bytes / (bandwidth · bandwidth_fraction · bandwidth_efficiency)
+    time_s    = max(compute_s, memory_s) + serial_s + kernels · kernel_overhead_s
     collectives: bytes / (link bandwidth · link_efficiency)
                  + hops · link latency · link_latency_factor + calls · kernel_overhead_s
     step      = Σ operators + step_overhead_s
+
+The engine's documented traits (``calibration.Traits``) change what an operator does, not
+how fast: ``peak_factor`` is the fp16-accumulate speed-up of an engine that accumulates in
+fp16 on a device that runs it faster; a GEMM over the engine's dequant-buffer threshold
+first converts its block-quantized weights to a 16-bit buffer in a kernel of its own
+(serial bytes: the stored weights read, 2 bytes per weight written), then multiplies the
+16-bit copy; an unfused attention moves each score through memory ``attention_score_bytes``
+times over (serial bytes), its scores counted from the ledger's FLOPs as FLOPs / (4 · d_head).
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
 per call; routed tokens per expert for MoE) against the device's ridge point (peak FLOP/s ÷
@@ -26,11 +35,11 @@ scalars and numpy arrays alike, so the fit prices operators exactly as estimates
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from phasewise.cost.base import StepTiming, Timing, link_for, math_format_for, sum_timings
-from phasewise.cost.calibration import (Constants, Engine, Profile, constants_for, load_profile,
-                                        resolve_engine)
+from phasewise.cost.calibration import (Constants, Engine, Profile, Traits, constants_for,
+                                        load_profile, resolve_engine, traits_for)
 from phasewise.ledger import Ledger, Op, SeqGroup, Step
 from phasewise.specs import HardwareSpec
 
@@ -39,6 +48,10 @@ from phasewise.specs import HardwareSpec
 # on the fly, which costs bandwidth and compute efficiency.
 MATH_FORMAT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
                      "int8": 1.0, "fp4": 0.5}
+# Bytes per weight of the 16-bit buffer a dequantize-then-multiply GEMM converts into.
+BUFFER_BYTES_PER_WEIGHT = 2.0
+# FLOPs per attention score and head dimension: QK^T and PV are 2 FLOPs each per element.
+ATTENTION_FLOPS_PER_SCORE_DIM = 4.0
 KIND_GEMM, KIND_ATTENTION, KIND_ELEMENTWISE, KIND_COMMUNICATION = range(4)
 _KINDS = {"gemm": KIND_GEMM, "attention": KIND_ATTENTION, "elementwise": KIND_ELEMENTWISE,
           "communication": KIND_COMMUNICATION}
@@ -52,8 +65,11 @@ class OpFeatures:
     flops: Any
     memory_bytes: Any
     calls: Any
+    kernels: Any  # kernel launches: calls, twice over for a dequantize-then-multiply GEMM
     weight_intensity: Any  # FLOPs per weight byte (GEMMs)
-    dequantized: Any  # 1 where block-quantized weights are read, else 0
+    dequantized: Any  # 1 where the GEMM dequantizes block-quantized weights as it reads them
+    serial_bytes: Any  # bytes moved by kernels of their own before or after the operator's
+    peak_factor: Any  # fp16-accumulate speed-up of the engine on the device (1: none)
     network_bytes: Any
     hops: Any
     peak_flops_per_s: Any
@@ -63,7 +79,8 @@ class OpFeatures:
     link_latency_s: Any
 
 
-def op_features(op: Op, hardware: HardwareSpec, math_format: str) -> OpFeatures:
+def op_features(op: Op, hardware: HardwareSpec, math_format: str,
+                traits: Traits = Traits()) -> OpFeatures:
     kind = _KINDS[op.kind]
     link_bw, link_latency = 1.0, 0.0
     if kind == KIND_COMMUNICATION:
@@ -72,10 +89,23 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str) -> OpFeatures:
     peak = hardware.vector_flops if kind == KIND_ELEMENTWISE else hardware.peak_flops(math_format)
     bandwidth = hardware.memory_bandwidth_bytes_per_s
     ridge = hardware.peak_flops(math_format) / bandwidth if kind == KIND_GEMM else 1.0
-    intensity = op.flops / op.weights if op.weights else 1e30
-    return OpFeatures(kind, op.flops, op.memory_bytes, op.calls, intensity,
-                      1.0 if _dequantized(op, math_format) else 0.0, op.network, op.hops,
-                      peak, ridge, bandwidth, link_bw, link_latency)
+    dequantized = _dequantized(op, math_format)
+    buffered = dequantized and 0 < traits.dequant_buffer_above_tokens < op.m
+    memory_bytes, weight_bytes, serial_bytes, kernels = op.memory_bytes, op.weights, 0.0, op.calls
+    if buffered:  # a conversion kernel, then a 16-bit GEMM on the converted copy
+        buffer_bytes = op.k * op.n * op.calls * BUFFER_BYTES_PER_WEIGHT
+        serial_bytes = op.weights + buffer_bytes
+        memory_bytes, weight_bytes, kernels = op.memory_bytes - op.weights + buffer_bytes, \
+            buffer_bytes, 2 * op.calls
+    if kind == KIND_ATTENTION and traits.attention_score_bytes and op.k:
+        scores = op.flops / (ATTENTION_FLOPS_PER_SCORE_DIM * op.k)
+        serial_bytes = traits.attention_score_bytes * scores
+    intensity = op.flops / weight_bytes if weight_bytes else 1e30
+    peak_factor = traits.gemm_peak_factor if (
+        kind in (KIND_GEMM, KIND_ATTENTION) and math_format == "fp16") else 1.0
+    return OpFeatures(kind, op.flops, memory_bytes, op.calls, kernels, intensity,
+                      1.0 if dequantized and not buffered else 0.0, serial_bytes, peak_factor,
+                      op.network, op.hops, peak, ridge, bandwidth, link_bw, link_latency)
 
 
 def _dequantized(op: Op, math_format: str) -> bool:
@@ -86,11 +116,26 @@ def _dequantized(op: Op, math_format: str) -> bool:
     return bytes_per_weight < 0.95 * MATH_FORMAT_BYTES.get(math_format, 2.0)
 
 
-def priced_parts(f: OpFeatures, c: Any, *, maximum: Callable = max,
-                 equals: Callable = lambda a, b: 1.0 if a == b else 0.0) -> tuple[Any, Any, Any, Any]:
-    """(compute_s, memory_s, network_s, overhead_s) of an operator; ``c`` holds the
-    constants (a ``Constants`` or columns of them). Written with arithmetic only, so the
-    same lines price one operator or a numpy column of thousands."""
+class Parts(NamedTuple):
+    """An operator's time by cause; it takes max(compute, memory) + serial + network +
+    overhead seconds (``time``)."""
+
+    compute_s: Any
+    memory_s: Any
+    serial_s: Any
+    network_s: Any
+    overhead_s: Any
+
+    def time(self, maximum: Callable = max) -> Any:
+        return maximum(self.compute_s, self.memory_s) + self.serial_s + self.network_s + \
+            self.overhead_s
+
+
+def priced_parts(f: OpFeatures, c: Any, *,
+                 equals: Callable = lambda a, b: 1.0 if a == b else 0.0) -> Parts:
+    """An operator's parts; ``c`` holds the constants (a ``Constants`` or columns of them).
+    Written with arithmetic only, so the same lines price one operator or a numpy column
+    of thousands."""
     gemm, attention = equals(f.kind, KIND_GEMM), equals(f.kind, KIND_ATTENTION)
     elementwise, network = equals(f.kind, KIND_ELEMENTWISE), equals(f.kind, KIND_COMMUNICATION)
     shape = f.weight_intensity / (f.weight_intensity + c.gemm_intensity_half
@@ -98,15 +143,16 @@ def priced_parts(f: OpFeatures, c: Any, *, maximum: Callable = max,
     dequant_compute = 1.0 + f.dequantized * (c.dequant_compute - 1.0)
     efficiency = (gemm * c.gemm_efficiency * shape * dequant_compute * c.gemm_fraction
                   + attention * c.attention_efficiency * c.gemm_fraction + elementwise + network)
-    compute_s = f.flops / (f.peak_flops_per_s * efficiency)
+    compute_s = f.flops / (f.peak_flops_per_s * f.peak_factor * efficiency)
+    streaming = f.bandwidth_bytes_per_s * c.bandwidth_fraction * c.bandwidth_efficiency
     dequant_bandwidth = 1.0 + f.dequantized * (c.dequant_bandwidth - 1.0)
-    bandwidth = (f.bandwidth_bytes_per_s * c.bandwidth_fraction * c.bandwidth_efficiency
-                 * dequant_bandwidth)
-    memory_s = (1.0 - network) * (f.memory_bytes + f.calls * c.bytes_half) / bandwidth
+    memory_s = (1.0 - network) * (f.memory_bytes + f.calls * c.bytes_half) / (
+        streaming * dequant_bandwidth)
+    serial_s = f.serial_bytes / streaming
     network_s = network * (f.network_bytes / (f.link_bytes_per_s * c.link_efficiency)
                            + f.hops * f.link_latency_s * c.link_latency_factor)
-    overhead_s = f.calls * c.kernel_overhead_s
-    return compute_s, memory_s, network_s, overhead_s
+    overhead_s = f.kernels * c.kernel_overhead_s
+    return Parts(compute_s, memory_s, serial_s, network_s, overhead_s)
 
 
 @dataclass(frozen=True)
@@ -117,6 +163,7 @@ class Calibrated:
     engine: str = "generic"
     profile: str = "default"
     name: str = "calibrated"
+    traits: Traits = Traits()
 
     @classmethod
     def for_device(cls, hardware: HardwareSpec, *, engine: str | Engine | None = None,
@@ -125,17 +172,17 @@ class Calibrated:
         ``hardware`` under ``engine`` (generic when None)."""
         chosen = engine if isinstance(engine, Engine) else resolve_engine(engine)
         profile = calibration if isinstance(calibration, Profile) else load_profile(calibration)
-        return cls(constants_for(profile, hardware, chosen), chosen.name, profile.name)
+        return cls(constants_for(profile, hardware, chosen), chosen.name, profile.name,
+                   traits=traits_for(chosen, hardware))
 
     def op_time(self, op: Op, hardware: HardwareSpec, math_format: str) -> Timing:
-        compute_s, memory_s, network_s, overhead_s = priced_parts(
-            op_features(op, hardware, math_format), self.constants)
-        kernel_s = max(compute_s, memory_s)
-        parts = {"compute": compute_s, "memory": memory_s, "network": network_s,
-                 "overhead": overhead_s}
+        p = priced_parts(op_features(op, hardware, math_format, self.traits), self.constants)
+        memory_s = p.memory_s + p.serial_s
+        parts = {"compute": p.compute_s, "memory": memory_s, "network": p.network_s,
+                 "overhead": p.overhead_s}
         bound = max(parts, key=parts.__getitem__)
-        return Timing(kernel_s + network_s + overhead_s, compute_s, memory_s, network_s,
-                      overhead_s, bound, op.flops, op.memory_bytes, op.network)
+        return Timing(p.time(), p.compute_s, memory_s, p.network_s, p.overhead_s, bound,
+                      op.flops, op.memory_bytes, op.network)
 
     def step_time(self, ledger: Ledger, hardware: HardwareSpec) -> StepTiming:
         priced = tuple((op, self.op_time(op, hardware, math_format_for(op, ledger.math_format)))
@@ -148,7 +195,7 @@ class Calibrated:
         """The forward passes the engine runs for ``step``: a prompt longer than the
         engine's micro-batch (llama.cpp's n_ubatch) is split into consecutive chunks, each
         attending to the chunks before it; other steps run as they are."""
-        return split_prefill(step, self.constants.prefill_ubatch_tokens)
+        return split_prefill(step, self.traits.prefill_ubatch_tokens)
 
 
 def split_prefill(step: Step, ubatch_tokens: int) -> tuple[Step, ...]:

@@ -4,6 +4,9 @@ A profile holds values at levels: ``global``; ``class:<device class>`` and
 ``device:<catalog name>`` for device constants; ``engine:<name>`` and
 ``engine:<name>/class:<device class>`` for engine constants. The most specific level
 present wins, then the prior from ``catalog/calibration/parameters.toml``.
+
+Beside the fitted constants, ``Traits`` hold what an engine does on a device that the
+ledger cannot see, as documented fact (``engines.toml``, ``devices.toml``): never fitted.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from phasewise.specs import HardwareSpec
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "catalog" / "calibration"
 PARAMETERS_PATH = CALIBRATION_DIR / "parameters.toml"
 ENGINES_PATH = CALIBRATION_DIR / "engines.toml"
+DEVICES_PATH = CALIBRATION_DIR / "devices.toml"
 DEFAULT_PROFILE_PATH = CALIBRATION_DIR / "default.toml"
 GENERIC_ENGINE = "generic"
 
@@ -43,10 +47,9 @@ class Constants:
     step_overhead_s: float
     link_latency_factor: float
     link_efficiency: float
-    prefill_ubatch_tokens: int = 0
 
 
-PARAMETER_NAMES = tuple(f.name for f in fields(Constants) if f.name != "prefill_ubatch_tokens")
+PARAMETER_NAMES = tuple(f.name for f in fields(Constants))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +66,47 @@ class ParameterDef:
 
 
 @dataclass(frozen=True, slots=True)
+class Traits:
+    """What an engine does on one device that the ledger cannot see (documented, not fitted).
+
+    ``prefill_ubatch_tokens``: a longer prompt runs as consecutive micro-batches (0: whole).
+    ``gemm_peak_factor``: 16-bit GEMMs run at this multiple of the sheet's fp16 peak (the
+    engine accumulates in fp16 on a device whose fp16-accumulate rate is higher).
+    ``dequant_buffer_above_tokens``: GEMMs over this many tokens first dequantize
+    block-quantized weights into a 16-bit buffer, then multiply it (0: never; the GEMM
+    dequantizes as it reads).
+    ``attention_score_bytes``: bytes per attention score moved through memory by an
+    unfused attention (scores written, soft-maxed, read back); 0 for fused attention.
+    """
+
+    prefill_ubatch_tokens: int = 0
+    gemm_peak_factor: float = 1.0
+    dequant_buffer_above_tokens: int = 0
+    attention_score_bytes: float = 0.0
+
+
+# Engine traits a table in engines.toml may set, and the device backends a table may be for.
+ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
+                 "attention_score_bytes")
+BACKENDS = ("cuda", "metal", "cpu", "other")
+
+
+@dataclass(frozen=True, slots=True)
 class Engine:
     name: str
     display_name: str
-    prefill_ubatch_tokens: int
     aliases: tuple[str, ...]
     source: str
+    traits: tuple[tuple[str, Any], ...] = ()  # the engine's own (trait, value) pairs
+    backend_traits: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+    @property
+    def prefill_ubatch_tokens(self) -> int:
+        return int(dict(self.traits).get("prefill_ubatch_tokens", 0))
+
+    def trait_values(self, backend: str) -> dict[str, Any]:
+        """The engine's traits, with those its table for ``backend`` sets instead."""
+        return {**dict(self.traits), **dict(dict(self.backend_traits).get(backend, ()))}
 
 
 @dataclass(frozen=True)
@@ -106,10 +144,64 @@ def parameter_defs() -> dict[str, ParameterDef]:
 
 @lru_cache(maxsize=1)
 def engines() -> dict[str, Engine]:
-    return {name: Engine(name, str(d.get("display_name", name)),
-                         int(d.get("prefill_ubatch_tokens", 0)), tuple(d.get("aliases", ())),
-                         str(d.get("source", "")))
-            for name, d in _read(ENGINES_PATH).items()}
+    return {name: _engine(name, d) for name, d in _read(ENGINES_PATH).items()}
+
+
+def _engine(name: str, table: dict[str, Any]) -> Engine:
+    backends = table.get("backend", {})
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise InputError(f"{ENGINES_PATH}: [{name}] names unknown backend(s) {', '.join(unknown)}; "
+                         f"use {', '.join(BACKENDS)}.")
+    return Engine(name, str(table.get("display_name", name)), tuple(table.get("aliases", ())),
+                  str(table.get("source", "")), _trait_pairs(name, table),
+                  tuple((b, _trait_pairs(f"{name}.backend.{b}", t)) for b, t in backends.items()))
+
+
+def _trait_pairs(where: str, table: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    pairs = []
+    for key, value in table.items():
+        if key in ENGINE_TRAITS:
+            pairs.append((key, value))
+        elif key not in ("display_name", "aliases", "source", "backend") and \
+                not key.endswith("_source"):
+            raise InputError(f"{ENGINES_PATH}: [{where}] has unknown trait '{key}'; known: "
+                             f"{', '.join(ENGINE_TRAITS)}.")
+    return tuple(pairs)
+
+
+@lru_cache(maxsize=1)
+def _device_facts() -> dict[str, Any]:
+    return _read(DEVICES_PATH)
+
+
+def backend_of(hardware: HardwareSpec) -> str:
+    """The compute backend engines use on ``hardware``, from its vendor and class
+    (devices.toml [backend]): cuda (NVIDIA, and AMD through HIP), metal, cpu, other."""
+    table = _device_facts().get("backend", {})
+    if hardware.device_class == "cpu":
+        return "cpu"
+    return str(table.get(hardware.vendor, "other"))
+
+
+def fp16_accumulate_speedup(hardware: HardwareSpec) -> float:
+    """How much faster the device runs fp16 matmuls accumulating in fp16 than at the
+    sheet's fp16 (fp32-accumulate) peak (devices.toml; 1 where the two are equal)."""
+    table = _device_facts().get("fp16_accumulate_speedup", {})
+    for key in (f"device:{hardware.name}", f"{hardware.vendor}/{hardware.device_class}"):
+        if key in table:
+            return float(table[key])
+    return 1.0
+
+
+@lru_cache(maxsize=256)
+def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
+    """The engine's documented behaviour on ``hardware``'s backend."""
+    values = engine.trait_values(backend_of(hardware))
+    speedup = fp16_accumulate_speedup(hardware) if values.get("fp16_accumulate") else 1.0
+    return Traits(int(values.get("prefill_ubatch_tokens", 0)), speedup,
+                  int(values.get("dequant_buffer_above_tokens", 0)),
+                  float(values.get("attention_score_bytes", 0.0)))
 
 
 def engine_names() -> list[str]:
@@ -149,7 +241,7 @@ def constants_for(profile: Profile, hardware: HardwareSpec, engine: Engine) -> C
         values[name] = next((profile.values[key][name]
                              for key in level_keys(hardware, engine, parameter)
                              if name in profile.values.get(key, {})), parameter.prior)
-    return Constants(**values, prefill_ubatch_tokens=engine.prefill_ubatch_tokens)
+    return Constants(**values)
 
 
 def prior_profile() -> Profile:

@@ -26,7 +26,7 @@ import numpy as np
 from phasewise.cost.base import math_format_for
 from phasewise.cost.calibrated import OpFeatures, op_features, priced_parts
 from phasewise.cost.calibration import (GENERIC_ENGINE, Engine, ParameterDef, Profile,
-                                        level_keys, parameter_defs)
+                                        level_keys, parameter_defs, traits_for)
 from phasewise.ledger import Ledger
 from phasewise.specs import HardwareSpec
 
@@ -99,10 +99,12 @@ class _Problem:
                 touched.setdefault(ctx, set()).add(param)
                 continue
             touched.setdefault(ctx, set()).update(self.params)
+            traits = traits_for(obs.engine or _GENERIC, obs.hardware)
             for weight, ledger in obs.passes:
                 step_ctx.append(ctx), step_obs.append(i), step_weight.append(weight)
                 for op in ledger.ops:
-                    features = op_features(op, obs.hardware, math_format_for(op, ledger.math_format))
+                    features = op_features(op, obs.hardware,
+                                           math_format_for(op, ledger.math_format), traits)
                     for name in OpFeatures.__slots__:
                         columns[name].append(getattr(features, name))
                     op_ctx.append(ctx), op_obs.append(i), op_weight.append(weight)
@@ -162,9 +164,8 @@ class _Problem:
             **{k: getattr(self.features, k)[rows] for k in OpFeatures.__slots__})
         ctx = self.op_ctx if rows is None else self.op_ctx[rows]
         consts = SimpleNamespace(**{name: values[ctx, p] for p, name in enumerate(self.params)})
-        compute, memory, network, overhead = priced_parts(
-            f, consts, maximum=np.maximum, equals=lambda a, b: (a == b).astype(float))
-        return np.maximum(compute, memory) + network + overhead
+        parts = priced_parts(f, consts, equals=lambda a, b: (a == b).astype(float))
+        return parts.time(np.maximum)
 
     def predict(self, delta: np.ndarray) -> np.ndarray:
         values = self.constants(delta)
@@ -211,7 +212,7 @@ class _Problem:
         return jac
 
 
-_GENERIC = Engine(GENERIC_ENGINE, GENERIC_ENGINE, 0, (), "")
+_GENERIC = Engine(GENERIC_ENGINE, GENERIC_ENGINE, (), "")
 
 
 def _link(value: float, upper: float) -> float:
