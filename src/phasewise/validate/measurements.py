@@ -53,6 +53,7 @@ class Measurement:
     notes: str = ""
     exclude: str = ""  # why the row is left out of fits and scores (the source's own doubt)
     line: int = 0
+    model_params_b: float | None = None  # as the source prints it (llama-bench's params column)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +136,7 @@ def _measurement(raw: dict[str, str | None], line: int) -> Measurement:
         num_accelerators=_count(text("num_accelerators"), "num_accelerators", default=1),
         metric=text("metric"), value=value, unit=text("unit"), source_url=text("source_url"),
         source_locator=text("source_locator"), notes=text("notes"), exclude=text("exclude"),
-        line=line)
+        line=line, model_params_b=_number(text("model_params_b"), "model_params_b"))
 
 
 def _number(text: str, column: str) -> float | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from phasewise.catalog import load_hardware, load_model
+from phasewise.catalog import load_hardware, load_model, model_index
 from phasewise.cost.calibration import Engine, engines
 from phasewise.errors import InputError
 from phasewise.estimate.types import Estimate
@@ -34,6 +34,26 @@ DEVICE_NAMES = {
 _VENDOR = re.compile(r"\b(nvidia|amd|apple|intel|geforce|instinct|tesla)\b", re.I)
 _MEMORY = re.compile(r"\b\d+\s*gi?b\b", re.I)
 _PARENS = re.compile(r"\([^)]*\)")
+# "30-core M2 Max": the chip's sheet (its GPU variants share one, see the sheets' aliases)
+_CORES = re.compile(r"\b\d+[- ]core(?:\s+gpu)?\b", re.I)
+
+# llama-bench names a model by its GGUF architecture and size class ("llama 7B",
+# "qwen3moe 30B.A3B") and prints the parameter count beside it; several checkpoints share a
+# label (LLaMA-1/Llama-2/CodeLlama 7B and Mistral 7B are all "llama 7B"), so the count decides.
+_GGUF_LABEL = re.compile(r"^(?P<arch>[a-z][a-z0-9]*)\s+"
+                         r"(?P<size>(?:\d+x)?\d+(?:\.\d+)?[bm](?:\.a\d+(?:\.\d+)?b)?|\?b)$", re.I)
+# GGUF architectures whose catalog family (the HF model_type) has another name: llama.cpp's
+# converter (convert_hf_to_gguf.py) writes Mistral and Mixtral as "llama", DeepSeek V2/V3 as
+# "deepseek2"; the rest match once underscores are dropped (qwen3moe = qwen3_moe).
+_GGUF_ARCH_FAMILIES = {"llama": ("llama", "mistral", "mixtral"),
+                       "deepseek2": ("deepseekv2", "deepseekv3")}
+# llama-bench prints 2 decimals (70.55 B); the catalog's published counts are rounded to
+# 0.1 B (70.6): 1.5% takes both and keeps neighbours apart (Llama-2 70B is 69.0, 2.2% off).
+PARAMS_TOLERANCE = 0.015
+# llama-bench's type descriptions ("Q4_K - Medium", "mostly Q4_0" in 2023 builds) name the
+# GGUF file types Q4_K_M and Q4_0.
+_GGUF_TYPE = re.compile(r"^(?:mostly\s+)?(?P<base>[a-z0-9_]+?)"
+                        r"(?:\s*-\s*(?P<size>small|medium|large))?$", re.I)
 
 # The unit a metric must carry, and its factor to SI.
 _TIME_UNITS = {"ms": 1e-3, "ms (whole batch)": 1e-3, "ms per decode step": 1e-3, "s": 1.0,
@@ -109,18 +129,52 @@ def _device_candidates(name: str) -> list[str]:
     no_memory = " ".join(_MEMORY.sub(" ", no_vendor).split())
     no_gpu = re.sub(r"\s+gpu$", "", no_memory, flags=re.I)
     no_sxm = re.sub(r"\s+sxm\d?$", "", no_gpu, flags=re.I)
-    return list(dict.fromkeys(c for c in (name, plain, no_vendor, no_memory, no_gpu, no_sxm) if c))
+    no_cores = " ".join(_CORES.sub(" ", no_memory).split())
+    return list(dict.fromkeys(c for c in (name, plain, no_vendor, no_memory, no_gpu, no_sxm,
+                                          no_cores) if c))
 
 
-def resolve_model(name: str) -> ModelSpec:
-    """A catalog model for a source's model name ('Llama-2 70B', 'Mixtral 8x7B (MoE)')."""
-    for candidate in dict.fromkeys((name, " ".join(_PARENS.sub(" ", name).split()))):
+def resolve_model(name: str, params_b: float | None = None) -> ModelSpec:
+    """A catalog model for a source's model name ('Llama-2 70B', 'Mixtral 8x7B (MoE)'), or
+    for a llama-bench label ('llama 7B', 'qwen3moe 30B.A3B') with its parameter count."""
+    plain = " ".join(_PARENS.sub(" ", name).split())
+    for candidate in dict.fromkeys((name, plain)):
         try:
             return load_model(candidate)
         except InputError:
             continue
+    if (label := _GGUF_LABEL.match(plain)) and params_b:
+        return _model_by_label(label["arch"], params_b, name)
     raise MappingError(f"unknown model '{name}': no catalog model or alias matches; add an "
                        "alias in catalog/models/index.toml")
+
+
+def _model_by_label(arch: str, params_b: float, name: str) -> ModelSpec:
+    """The catalog model of a GGUF architecture (its catalog family) whose published
+    parameter count is within PARAMS_TOLERANCE of the row's; several only if they are the
+    same network (Llama 3 and 3.1 8B), else the row is ambiguous."""
+    key = re.sub(r"[^a-z0-9]", "", arch.lower())
+    families = _GGUF_ARCH_FAMILIES.get(key, (key,))
+    near = sorted((abs(entry["params_total_b"] / params_b - 1), model)
+                  for model, entry in model_index().items()
+                  if re.sub(r"[^a-z0-9]", "", str(entry.get("family", "")).lower()) in families
+                  and entry.get("params_total_b")
+                  and abs(entry["params_total_b"] / params_b - 1) <= PARAMS_TOLERANCE)
+    if not near:
+        raise MappingError(f"unknown model '{name}' ({params_b:g} B parameters): no catalog "
+                           f"model of family '{arch}' has that many parameters")
+    specs = [load_model(model) for _, model in near]
+    if len({_network(spec) for spec in specs}) > 1:
+        raise MappingError(f"ambiguous model '{name}' ({params_b:g} B parameters): "
+                           f"{', '.join(spec.name for spec in specs)} differ; name the model")
+    return specs[0]
+
+
+def _network(spec: ModelSpec) -> tuple:
+    """What prices a step: the shapes, not the name or the context limit."""
+    return (spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads,
+            spec.head_dim, spec.intermediate_size, spec.vocab_size, spec.tie_word_embeddings,
+            spec.num_experts, spec.experts_per_token, spec.moe_intermediate_size)
 
 
 def precision_for(weight_dtype: str) -> Precision:
@@ -131,13 +185,22 @@ def precision_for(weight_dtype: str) -> Precision:
     also with --quantization FP8; vLLM: kv_cache_dtype 'auto' is the model's type)."""
     text = " ".join(_PARENS.sub(" ", weight_dtype).split())
     try:
-        fmt = number_format(text)
+        fmt = number_format(_gguf_type(text))
     except InputError:
         raise MappingError(f"unknown weight format '{weight_dtype}'") from None
     if fmt.math_format is None:
         return Precision(fmt.name, "fp16", "fp16")
     kv = fmt.name if fmt.name in ("bf16", "fp16") else "fp16"
     return Precision(fmt.name, fmt.name, kv)
+
+
+def _gguf_type(text: str) -> str:
+    """'Q4_K - Medium' -> 'Q4_K_M', 'mostly Q8_0' -> 'Q8_0'; other names unchanged."""
+    match = _GGUF_TYPE.match(text)
+    if not match or not (match["size"] or text.lower().startswith("mostly")):
+        return text
+    base = match["base"].upper()
+    return f"{base}_{match['size'][0].upper()}" if match["size"] else base
 
 
 def parallelism_for(text: str, devices: int) -> Parallelism:
@@ -171,7 +234,7 @@ def scenario_for(row) -> Scenario:  # noqa: ANN001 - a validate.measurements.Mea
     hardware = resolve_device(row.hardware)
     if row.phase in ("gemm", "memory_bw"):
         return _microbenchmark(row, hardware)
-    model = resolve_model(row.model)
+    model = resolve_model(row.model, row.model_params_b)
     precision = precision_for(row.weight_dtype)
     par = parallelism_for(row.parallelism, row.num_accelerators)
     engine = engine_for(row.software_stack)

@@ -1,0 +1,158 @@
+"""Bundled measurement sources: llama-bench's names map to catalog models, formats and
+devices, each row becomes the scenario its source describes, and the README lists every file.
+
+Expected values are read off the sources by hand (llama-bench tables, result files), not
+from the code's output.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from phasewise.validate import scenario as scenario_module
+from phasewise.validate.measurements import MEASUREMENTS_DIR, load_measurements
+from phasewise.validate.scenario import (MappingError, precision_for, resolve_device,
+                                         resolve_model, scenario_for)
+
+NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv")
+
+
+def bundled_row(file: str, record_id: str):
+    rows = [r for r in load_measurements(MEASUREMENTS_DIR / file).rows if r.record_id == record_id]
+    assert len(rows) == 1
+    return rows[0]
+
+
+@pytest.mark.parametrize("label, params_b, catalog", [
+    ("llama 7B", 6.74, "llama-2-7b"),        # LLaMA/Llama-2 7B: 6,738,415,616 parameters
+    ("LLaMA 7B", 6.74, "llama-2-7b"),        # 2023 builds capitalise the architecture
+    ("llama 7B", 7.24, "mistral-7b"),        # Mistral 7B is GGUF architecture "llama" too
+    ("llama 70B", 70.55, "llama-3-70b"),     # not Llama-2 70B: 69.0 B is 2.2% away
+    ("llama 8x7B", 46.7, "mixtral-8x7b"),
+    ("qwen3moe 30B.A3B", 30.53, "qwen3-30b-a3b"),
+])
+def test_llama_bench_labels_find_the_model_by_parameter_count(label, params_b, catalog):
+    assert resolve_model(label, params_b).name == catalog
+
+
+def test_same_network_under_two_names_is_not_ambiguous():
+    # Llama 3 8B and Llama 3.1 8B are both 8.03 B with the same shapes: either prices the same.
+    assert resolve_model("llama 8B", 8.03).name in ("llama-3-8b", "llama-3.1-8b")
+
+
+def test_two_different_networks_with_one_count_are_ambiguous(monkeypatch):
+    index = {"llama-2-7b": {"family": "llama", "params_total_b": 7.0},
+             "mistral-7b": {"family": "mistral", "params_total_b": 7.0}}
+    monkeypatch.setattr(scenario_module, "model_index", lambda: index)
+    with pytest.raises(MappingError, match="ambiguous"):
+        resolve_model("llama 7B", 7.0)
+
+
+def test_a_label_without_a_matching_count_is_not_guessed():
+    with pytest.raises(MappingError, match="12 B parameters"):
+        resolve_model("llama 7B", 12.0)
+    with pytest.raises(MappingError, match="unknown model"):
+        resolve_model("llama 7B")  # no count printed: several checkpoints share the label
+
+
+@pytest.mark.parametrize("written, weights", [
+    ("Q4_K - Medium", "Q4_K_M"), ("mostly Q5_K - Small", "Q5_K_S"), ("mostly Q4_0", "Q4_0"),
+    ("mostly F16", "F16"), ("FP8", "fp8"), ("INT4 (W4A16, GPTQ)", "int4"), ("NVFP4", "nvfp4"),
+])
+def test_llama_bench_type_descriptions_are_gguf_formats(written, weights):
+    assert precision_for(written).weights == weights
+
+
+def test_an_unknown_type_description_is_refused():
+    with pytest.raises(MappingError, match="weight format"):
+        precision_for("Q4_K - Huge")
+
+
+@pytest.mark.parametrize("written, catalog", [
+    ("30-core M2 Max", "m2-max"), ("Apple M3 Ultra (Mac Studio)", "m3-ultra"),
+    ("Radeon RX 7900 XTX", "rx-7900-xtx"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000"),
+])
+def test_device_names_of_the_new_sources_find_their_sheet(written, catalog):
+    assert resolve_device(written).name == catalog
+
+
+def test_a_llama_bench_prompt_row_is_one_prompt_of_its_length():
+    # lhl, howto/AMD GPUs.md: 7900 XTX, llama-2-7b Q4_0, pp 3968 = 2575.87 t/s.
+    s = scenario_for(bundled_row("lhl_benchmark_notes.csv", "LHL-0009"))
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "prefill", "rx-7900-xtx", "llama-2-7b", "Q4_0")
+    assert (s.workload.isl, s.workload.batch_size, s.engine.name) == (3968, 1, "llama.cpp")
+    assert s.measured_s == pytest.approx(3968 / 2575.87)
+
+
+def test_a_concurrency_one_tpot_row_is_a_batch_one_decode_step():
+    # speed-benchmarking nvfp4/llama.cpp.q4_k_m, concurrency 1: 130,670 input and 16,080
+    # output tokens over 128 requests; mean_tpot_ms 4.3604.
+    s = scenario_for(bundled_row("lhl_benchmark_notes.csv", "LHL-0016"))
+    assert (s.kind, s.hardware.name, s.model.name, s.engine.name) == (
+        "decode", "rtx-pro-6000", "llama-3.1-8b", "llama.cpp")
+    assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (1021, 126, 1)
+    assert s.measured_s == pytest.approx(4.360380199823897e-3)
+
+
+def test_serving_rows_name_each_engine():
+    engines = {bundled_row("lhl_benchmark_notes.csv", f"LHL-{i:04d}").software_stack:
+               scenario_for(bundled_row("lhl_benchmark_notes.csv", f"LHL-{i:04d}")).engine.name
+               for i in (15, 17, 23, 27)}
+    assert sorted(engines.values()) == ["llama.cpp", "sglang", "trtllm", "vllm"]
+
+
+def test_a_2023_metal_row_maps_to_the_chip_and_the_7b_network():
+    # PR #2959: 30-core M2 Max, LLaMA 7B mostly Q4_0, pp 512 = 327.79 t/s (master).
+    s = scenario_for(bundled_row("github_llama_bench_posts.csv", "GHLB-0013"))
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "prefill", "m2-max", "llama-2-7b", "Q4_0")
+    assert s.measured_s == pytest.approx(512 / 327.79)
+
+
+def test_a_static_batch_latency_row_is_the_whole_batch_on_eight_devices():
+    # ROCm dev-docker README: Llama 3.1 405B FP8, TP 8, batch 128, 2048 in, 2048 out: 125.471 s.
+    s = scenario_for(bundled_row("rocm_vllm_mi300x.csv", "RVLM-0032"))
+    assert (s.kind, s.hardware.name, s.model.name, s.engine.name) == (
+        "end_to_end", "mi300x", "llama-3.1-405b", "vllm")
+    assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (2048, 2048, 128)
+    assert (s.parallelism.tp, s.devices) == (8, 8)
+    assert (s.precision.weights, s.precision.activations, s.precision.kv_cache) == (
+        "fp8", "fp8", "fp16")
+    assert s.measured_s == pytest.approx(125.471)
+
+
+@pytest.mark.parametrize("file", NEW_FILES)
+def test_every_row_maps_or_says_why_it_is_excluded(file):
+    loaded = load_measurements(MEASUREMENTS_DIR / file)
+    assert loaded.problems == () and loaded.unknown_columns == ()
+    assert len(loaded.sources) == 1  # one source per file
+    for row in loaded.rows:
+        assert row.source_url and row.source_locator, row.record_id
+        if not row.exclude:
+            scenario_for(row)
+
+
+def test_the_readme_lists_every_bundled_file_with_its_row_count():
+    readme = (MEASUREMENTS_DIR / "README.md").read_text()
+    for file in NEW_FILES:
+        match = re.search(rf"^\| `{re.escape(file)}` \|[^|]*\| (\d+) \|", readme, re.M)
+        assert match, file
+        assert int(match[1]) == len(load_measurements(MEASUREMENTS_DIR / file).rows)
+
+
+def test_a_parameter_count_that_is_not_a_number_names_the_row(tmp_path: Path):
+    path = tmp_path / "m.csv"
+    path.write_text("record_id,phase,source_name,hardware,model,model_params_b,weight_dtype,"
+                    "software_stack,parallelism,batch_or_concurrency,input_len,output_len,"
+                    "metric,value,unit\n"
+                    "A,prefill,s,RTX 4090,llama 7B,6.74,Q4_0,llama.cpp,,1,512,,pp512_throughput,"
+                    "5000,tokens/s\n"
+                    "B,prefill,s,RTX 4090,llama 7B,seven,Q4_0,llama.cpp,,1,512,,pp512_throughput,"
+                    "5000,tokens/s\n")
+    loaded = load_measurements(path)
+    assert [r.model_params_b for r in loaded.rows] == [6.74]
+    assert [(p.record_id, p.line) for p in loaded.problems] == [("B", 3)]
+    assert "model_params_b" in loaded.problems[0].reason
