@@ -187,3 +187,11 @@ def test_fp16_on_a_cpu_is_refused():
     plan = ProfilePlan(prompt_lengths=(8,), batch_sizes=(1,), contexts=(8,))
     with pytest.raises(InputError, match="use --dtype fp32 or bf16"):
         check_fits(load_model("smollm2-135m"), plan, "fp16", "cpu")
+
+
+def test_gpus_are_classed_by_their_names():
+    from phasewise.measure.micro import gpu_class
+
+    assert gpu_class("NVIDIA GeForce RTX 4090") == "consumer_gpu"
+    assert gpu_class("NVIDIA RTX A6000") == "workstation_gpu"
+    assert gpu_class("NVIDIA H100 80GB HBM3") == "datacenter_gpu"

@@ -132,8 +132,16 @@ def describe_device(device: str) -> tuple[str, str, float]:
 
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(torch.device(device))
-        return props.name, "datacenter_gpu", float(props.total_memory)
+        return props.name, gpu_class(props.name), float(props.total_memory)
     return _cpu_name(), "cpu", float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def gpu_class(name: str) -> str:
+    """NVIDIA's naming: GeForce cards are consumer GPUs, other RTX cards (RTX A6000, RTX 6000
+    Ada) workstation GPUs, the rest (A100, H100, L4…) datacenter GPUs."""
+    if "GeForce" in name:
+        return "consumer_gpu"
+    return "workstation_gpu" if "RTX" in name else "datacenter_gpu"
 
 
 def available_memory_bytes(device: str) -> float:
