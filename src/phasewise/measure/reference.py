@@ -123,14 +123,14 @@ class Attention(nn.Module):
         qkv = qkv.transpose(1, 2)  # (batch, heads, tokens, head_dim)
         q, k = apply_rope(qkv[:, :rotated], cos, sin).split((self.heads, self.kv_heads), dim=1)
         v = qkv[:, rotated:]
-        key_start = _window_start(start, tokens, self.window)
+        key_start = _window_start(start, self.window)
         assert self.cache is not None, "call setup_caches() before running the model"
         keys, values = self.cache.update(start, k, v, key_start)
         y = _sdpa(q, keys, values, start, key_start, self.window)
         return self.wo(y.transpose(1, 2).reshape(batch, tokens, self.heads * self.head_dim))
 
 
-def _window_start(start: int, tokens: int, window: int | None) -> int:
+def _window_start(start: int, window: int | None) -> int:
     """First cached position any of the step's queries can see: the window of the first."""
     return 0 if window is None else max(0, start + 1 - window)
 
@@ -183,7 +183,7 @@ class LatentAttention(nn.Module):
         q_pe = apply_rope(q_pe, cos, sin)
         k_pe = apply_rope(k_pe.unsqueeze(1), cos, sin)  # (b, 1, t, rope)
         latent = self.kv_a_norm(latent).unsqueeze(1)  # (b, 1, t, lora)
-        key_start = _window_start(start, tokens, self.window)
+        key_start = _window_start(start, self.window)
         assert self.cache is not None, "call setup_caches() before running the model"
         latents, rope_keys = self.cache.update(start, latent, k_pe, key_start)
         if tokens <= MLA_ABSORBED_MAX_QUERY_TOKENS:
