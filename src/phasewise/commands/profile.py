@@ -12,7 +12,7 @@ from phasewise.commands._app import app, console, echo, ints
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "smollm2-135m"
-PROFILE_FORMATS = ("table", "json", "md")
+PROFILE_FORMATS = ("table", "json", "csv", "md")
 
 
 @app.command()
@@ -56,7 +56,7 @@ def profile(
                                       "whole, after every point (an interrupted run keeps them)."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Roofline figure: writes STEM.png "
                                        "and STEM.html."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json or md."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
 ) -> None:
     """Measure the local device, then prefill and decode of a model, beside the ledger."""
     from phasewise.measure.micro import resolve_device
@@ -97,17 +97,18 @@ def _plan(prompt_lengths: str, batch_size: str, context: str, warmup: int, repea
 def _micro(device: str, measure: dict, out: str | None, fmt: str) -> None:
     from phasewise.measure.micro import measure_ceilings
     from phasewise.measure.render import ceilings_rows, ceilings_table
-    from phasewise.report.output import rows_to_markdown, to_json, write_atomic
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json, write_atomic
 
     _status(f"measuring the ceilings of {device}…")
     ceilings = measure_ceilings(device, **measure)
     document = to_json(ceilings.model_dump(mode="json"))
     if out:
         write_atomic(out, document)
+    rows = [{"quantity": k, "value": v} for k, v in ceilings_rows(ceilings)]
     if fmt == "json":
         echo(document)
-    elif fmt == "md":
-        echo(rows_to_markdown({"quantity": k, "value": v} for k, v in ceilings_rows(ceilings)))
+    elif fmt in ("md", "csv"):
+        echo(rows_to_markdown(rows) if fmt == "md" else rows_to_csv(rows))
     else:
         console().print(ceilings_table(ceilings))
 
@@ -172,7 +173,7 @@ def _measure_all(reference: Any, spec: Any, ceilings: Any, plan: Any, document: 
 
 def _render(document: Any, fmt: str, plot: str | None) -> None:
     from phasewise.measure.render import ceilings_table, point_row, points_table, roofline_figure
-    from phasewise.report.output import rows_to_markdown, to_json
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
 
     if plot:
         png, html = roofline_figure(document, plot)
@@ -181,6 +182,8 @@ def _render(document: Any, fmt: str, plot: str | None) -> None:
         echo(to_json(document.model_dump(mode="json")))
     elif fmt == "md":
         echo(rows_to_markdown(point_row(p) for p in document.points))
+    elif fmt == "csv":
+        echo(rows_to_csv(point_row(p) for p in document.points))
     else:
         console().print(ceilings_table(document.ceilings), points_table(document))
 
