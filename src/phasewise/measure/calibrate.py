@@ -56,16 +56,18 @@ def observations(profiles: Sequence[Profile], hardware: HardwareSpec) -> list[An
                     if point.phase == "prefill" else
                     Step.decode(point.batch_size, point.context_tokens))
             ledger = build_ledger(spec, step, precision)
-            rows.append(Observation(f"{profile.model}:{point.label}", source, hardware, None,
-                                    point.time_s, passes=((1.0, ledger),)))
+            rows.append(Observation(key=f"{profile.model}:{point.label}", source=source,
+                                    hardware=hardware, engine=None, measured_s=point.time_s,
+                                    passes=((1.0, ledger),)))
         ceilings = profile.ceilings
         micro = f"phasewise profile --micro ({ceilings.device_name})"
         for fmt, flops_per_s in ceilings.gemm_flops_per_s.items():
             if fmt in hardware.peak_flops_per_s:
-                rows.append(Observation(f"gemm:{fmt}", micro, hardware, None, 1.0 / flops_per_s,
+                rows.append(Observation(key=f"gemm:{fmt}", source=micro, hardware=hardware,
+                                        engine=None, measured_s=1.0 / flops_per_s,
                                         ceiling="gemm", math_format=fmt))
-        rows.append(Observation("copy", micro, hardware, None, 1.0 / ceilings.copy_bytes_per_s,
-                                ceiling="memory_bw"))
+        rows.append(Observation(key="copy", source=micro, hardware=hardware, engine=None,
+                                measured_s=1.0 / ceilings.copy_bytes_per_s, ceiling="memory_bw"))
     return rows
 
 
