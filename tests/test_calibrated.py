@@ -7,9 +7,9 @@ import pytest
 from phasewise import estimate
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost.calibrated import (Calibrated, op_features, priced_parts, split_prefill)
-from phasewise.cost.calibration import (Constants, Profile, constants_for, load_profile,
-                                        parameter_defs, profile_from_document, profile_to_toml,
-                                        resolve_engine)
+from phasewise.cost.calibration import (Constants, Profile, configure, constants_for,
+                                        load_profile, parameter_defs, profile_from_document,
+                                        profile_to_toml, resolve_engine)
 from phasewise.cost.fit import Observation, fit_profile
 from phasewise.cost.registry import cost_model_for
 from phasewise.errors import InputError
@@ -99,16 +99,17 @@ def test_llama_cpp_on_geforce_runs_fp16_gemms_at_the_fp16_accumulate_rate():
                                  engine="llama.cpp").traits.gemm_peak_factor == 1.0
 
 
-def test_llama_cpp_cuda_prefill_dequantizes_weights_to_fp16_before_the_gemm():
-    """Over 32 tokens, ggml-cuda converts Q4_K_M weights (4.89 bits) to an fp16 buffer in a
-    kernel of its own, then multiplies the fp16 copy; Metal dequantizes inside the GEMM."""
+def test_llama_cpp_cuda_prefill_dequantized_weights_to_fp16_before_mid_2024():
+    """Before llama.cpp PR #8075, over 32 tokens ggml-cuda converted Q4_K_M weights (4.89
+    bits) to an fp16 buffer in a kernel of its own, then multiplied the fp16 copy; Metal
+    dequantizes inside the GEMM, and so do today's MMQ kernels."""
     c = Constants(**ROUND)
     q4 = Precision("Q4_K_M", "fp16", "fp16")
     up = _prefill_op("mlp.up", q4)  # 32 calls of 4096 x 28672 weights
     weights = 4096 * 28672 * 32
     assert up.weights == pytest.approx(weights * 4.89 / 8)
     rtx = load_hardware("rtx-4090")
-    traits = Calibrated.for_device(rtx, engine="llama.cpp").traits
+    traits = Calibrated.for_device(rtx, engine="llama.cpp+cublas-fp16").traits
     f = op_features(up, rtx, "fp16", traits)
     assert f.dequantized == 0.0 and f.kernels == 64
     assert f.serial_bytes == pytest.approx(weights * (4.89 / 8 + 2))  # read Q4_K_M, write fp16
@@ -120,12 +121,32 @@ def test_llama_cpp_cuda_prefill_dequantizes_weights_to_fp16_before_the_gemm():
     assert metal.dequantized == 1.0 and metal.serial_bytes == 0.0
     small = op_features(_prefill_op("mlp.up", q4, tokens=32), rtx, "fp16", traits)
     assert small.dequantized == 1.0 and small.serial_bytes == 0.0  # MMQ up to 32 tokens
+    mmq = Calibrated.for_device(rtx, engine="llama.cpp").traits
+    assert op_features(up, rtx, "fp16", mmq).dequantized == 1.0
 
 
-def test_unfused_attention_moves_every_score_through_memory():
+def test_a_description_of_the_software_selects_the_engine_variant():
+    llama = resolve_engine("llama.cpp")
+    cases = {"llama.cpp (May 2024) llama-bench, CUDA": "llama.cpp+cublas-fp16",
+             "llama.cpp llama-bench build 6db2b41a (1988), CUDA backend": "llama.cpp+cublas-fp16",
+             "llama.cpp llama-bench build 233d773d0 (6413), CUDA backend, -fa 1":
+                 "llama.cpp+flash-attn",
+             "llama.cpp llama-server, CUDA backend (-fa 1 -np 32)": "llama.cpp+flash-attn",
+             "llama.cpp llama-bench (master, 2023-09-09), Metal backend": "llama.cpp+cublas-fp16",
+             "llama.cpp llama-bench build d5cb8684 (3891), ROCm/HIP backend": "llama.cpp"}
+    for text, name in cases.items():
+        assert configure(llama, text).name == name, text
+    chosen = resolve_engine("llama.cpp+flash-attn")
+    assert chosen.fitted_name == "llama.cpp" and chosen.applied == ("flash-attn",)
+    with pytest.raises(InputError, match="cublas-fp16"):
+        resolve_engine("llama.cpp+fast")
+
+
+def test_unfused_attention_moves_every_score_through_memory_at_the_gemm_rate():
     """llama-bench runs without flash attention: each of the h · (causal pairs) scores of a
     512-token prompt is written, soft-maxed and read back in F32 (16 bytes); on CUDA the
-    fp16 staging copies of batched cuBLAS add 8 (24 bytes). Fused engines move none."""
+    fp16 staging copies of batched cuBLAS add 8 (24 bytes). Its two matmuls run at the
+    engine's GEMM rate; fused engines move no scores and run at the attention rate."""
     score = _prefill_op("attn.score", Precision("fp16", "fp16", "fp16"))
     scores = 32 * 32 * (512 * 513 / 2)  # layers x heads x causal pairs
     assert score.flops == pytest.approx(4 * 128 * scores)
@@ -135,6 +156,12 @@ def test_unfused_attention_moves_every_score_through_memory():
         traits = Calibrated.for_device(hardware, engine=engine).traits
         assert op_features(score, hardware, "fp16", traits).serial_bytes == \
             pytest.approx(per_score * scores), (device, engine)
+    m2, c = load_hardware("m2-ultra"), Constants(**ROUND)
+    unfused = op_features(score, m2, "fp16", Calibrated.for_device(m2, engine="llama.cpp").traits)
+    fused = op_features(score, m2, "fp16", Calibrated.for_device(m2, engine="vllm").traits)
+    assert priced_parts(unfused, c).compute_s == pytest.approx(score.flops / (27.2e12 * 0.8 * 0.5))
+    assert priced_parts(fused, c).compute_s == pytest.approx(score.flops / (27.2e12 * 0.8 * 0.4))
+    assert priced_parts(unfused, c).serial_s == pytest.approx(16 * scores / (800e9 * 0.9 * 0.5))
 
 
 def test_a_long_prompt_is_split_into_micro_batches_that_sum_to_the_whole():

@@ -5,7 +5,8 @@ For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
     compute_s = FLOPs / (peak · peak_factor · gemm_fraction · e)
         e = gemm_efficiency · I / (I + gemm_intensity_half · ridge) · (dequant_compute if
             block-quantized), I the GEMM's FLOPs per weight byte
-            for GEMMs, attention_efficiency for attention, 1 for elementwise work
+            for GEMMs, attention_efficiency for fused attention, gemm_efficiency for
+            unfused attention (its matmuls are GEMMs), 1 for elementwise work
     memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
                  · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights))
         i.e. bandwidth ramps as s / (s + bytes_half) with s the bytes per call
@@ -15,13 +16,14 @@ For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
                  + hops · link latency · link_latency_factor + calls · kernel_overhead_s
     step      = Σ operators + step_overhead_s
 
-The engine's documented traits (``calibration.Traits``) change what an operator does, not
+The engine's documented traits (``engines.Traits``) change what an operator does, not
 how fast: ``peak_factor`` is the fp16-accumulate speed-up of an engine that accumulates in
 fp16 on a device that runs it faster; a GEMM over the engine's dequant-buffer threshold
 first converts its block-quantized weights to a 16-bit buffer in a kernel of its own
 (serial bytes: the stored weights read, 2 bytes per weight written), then multiplies the
-16-bit copy; an unfused attention moves each score through memory ``attention_score_bytes``
-times over (serial bytes), its scores counted from the ledger's FLOPs as FLOPs / (4 · d_head).
+16-bit copy; an unfused attention runs its two matmuls at the engine's GEMM rate and moves
+each score through memory (``attention_score_bytes``, serial bytes), its scores counted
+from the ledger's FLOPs as FLOPs / (4 · d_head).
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
 per call; routed tokens per expert for MoE) against the device's ridge point (peak FLOP/s ÷
@@ -68,6 +70,7 @@ class OpFeatures:
     kernels: Any  # kernel launches: calls, twice over for a dequantize-then-multiply GEMM
     weight_intensity: Any  # FLOPs per weight byte (GEMMs)
     dequantized: Any  # 1 where the GEMM dequantizes block-quantized weights as it reads them
+    unfused: Any  # 1 for attention run as separate matmuls and soft-max (scores in memory)
     serial_bytes: Any  # bytes moved by kernels of their own before or after the operator's
     peak_factor: Any  # fp16-accumulate speed-up of the engine on the device (1: none)
     network_bytes: Any
@@ -97,15 +100,17 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
         serial_bytes = op.weights + buffer_bytes
         memory_bytes, weight_bytes, kernels = op.memory_bytes - op.weights + buffer_bytes, \
             buffer_bytes, 2 * op.calls
-    if kind == KIND_ATTENTION and traits.attention_score_bytes and op.k:
+    unfused = kind == KIND_ATTENTION and traits.attention_score_bytes > 0
+    if unfused and op.k:
         scores = op.flops / (ATTENTION_FLOPS_PER_SCORE_DIM * op.k)
         serial_bytes = traits.attention_score_bytes * scores
     intensity = op.flops / weight_bytes if weight_bytes else 1e30
     peak_factor = traits.gemm_peak_factor if (
         kind in (KIND_GEMM, KIND_ATTENTION) and math_format == "fp16") else 1.0
     return OpFeatures(kind, op.flops, memory_bytes, op.calls, kernels, intensity,
-                      1.0 if dequantized and not buffered else 0.0, serial_bytes, peak_factor,
-                      op.network, op.hops, peak, ridge, bandwidth, link_bw, link_latency)
+                      1.0 if dequantized and not buffered else 0.0, 1.0 if unfused else 0.0,
+                      serial_bytes, peak_factor, op.network, op.hops, peak, ridge, bandwidth,
+                      link_bw, link_latency)
 
 
 def _dequantized(op: Op, math_format: str) -> bool:
@@ -141,8 +146,9 @@ def priced_parts(f: OpFeatures, c: Any, *,
     shape = f.weight_intensity / (f.weight_intensity + c.gemm_intensity_half
                                   * f.ridge_flops_per_byte)
     dequant_compute = 1.0 + f.dequantized * (c.dequant_compute - 1.0)
+    attention_rate = f.unfused * c.gemm_efficiency + (1.0 - f.unfused) * c.attention_efficiency
     efficiency = (gemm * c.gemm_efficiency * shape * dequant_compute * c.gemm_fraction
-                  + attention * c.attention_efficiency * c.gemm_fraction + elementwise + network)
+                  + attention * attention_rate * c.gemm_fraction + elementwise + network)
     compute_s = f.flops / (f.peak_flops_per_s * f.peak_factor * efficiency)
     streaming = f.bandwidth_bytes_per_s * c.bandwidth_fraction * c.bandwidth_efficiency
     dequant_bandwidth = 1.0 + f.dequantized * (c.dequant_bandwidth - 1.0)

@@ -5,8 +5,7 @@ A profile holds values at levels: ``global``; ``class:<device class>`` and
 ``engine:<name>/class:<device class>`` for engine constants. The most specific level
 present wins, then the prior from ``catalog/calibration/parameters.toml``.
 
-Beside the fitted constants, ``Traits`` hold what an engine does on a device that the
-ledger cannot see, as documented fact (``engines.toml``, ``devices.toml``): never fitted.
+What an engine does that the ledger cannot see is not fitted: ``cost.engines`` reads it.
 """
 
 from __future__ import annotations
@@ -18,16 +17,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from phasewise.catalog._names import normalise
+from phasewise.cost.engines import (GENERIC_ENGINE, Engine, Traits, configure, engine_names,
+                                    engines, resolve_engine, traits_for)
 from phasewise.errors import InputError, nearest_hint
 from phasewise.specs import HardwareSpec
 
+__all__ = ["Constants", "Engine", "GENERIC_ENGINE", "ParameterDef", "Profile", "Traits",
+           "configure", "constants_for", "engine_names", "engines", "level_keys",
+           "load_profile", "parameter_defs", "profile_from_document", "profile_to_toml",
+           "resolve_engine", "traits_for"]
+
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "catalog" / "calibration"
 PARAMETERS_PATH = CALIBRATION_DIR / "parameters.toml"
-ENGINES_PATH = CALIBRATION_DIR / "engines.toml"
-DEVICES_PATH = CALIBRATION_DIR / "devices.toml"
 DEFAULT_PROFILE_PATH = CALIBRATION_DIR / "default.toml"
-GENERIC_ENGINE = "generic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,50 +67,6 @@ class ParameterDef:
     meaning: str
 
 
-@dataclass(frozen=True, slots=True)
-class Traits:
-    """What an engine does on one device that the ledger cannot see (documented, not fitted).
-
-    ``prefill_ubatch_tokens``: a longer prompt runs as consecutive micro-batches (0: whole).
-    ``gemm_peak_factor``: 16-bit GEMMs run at this multiple of the sheet's fp16 peak (the
-    engine accumulates in fp16 on a device whose fp16-accumulate rate is higher).
-    ``dequant_buffer_above_tokens``: GEMMs over this many tokens first dequantize
-    block-quantized weights into a 16-bit buffer, then multiply it (0: never; the GEMM
-    dequantizes as it reads).
-    ``attention_score_bytes``: bytes per attention score moved through memory by an
-    unfused attention (scores written, soft-maxed, read back); 0 for fused attention.
-    """
-
-    prefill_ubatch_tokens: int = 0
-    gemm_peak_factor: float = 1.0
-    dequant_buffer_above_tokens: int = 0
-    attention_score_bytes: float = 0.0
-
-
-# Engine traits a table in engines.toml may set, and the device backends a table may be for.
-ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
-                 "attention_score_bytes")
-BACKENDS = ("cuda", "metal", "cpu", "other")
-
-
-@dataclass(frozen=True, slots=True)
-class Engine:
-    name: str
-    display_name: str
-    aliases: tuple[str, ...]
-    source: str
-    traits: tuple[tuple[str, Any], ...] = ()  # the engine's own (trait, value) pairs
-    backend_traits: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
-
-    @property
-    def prefill_ubatch_tokens(self) -> int:
-        return int(dict(self.traits).get("prefill_ubatch_tokens", 0))
-
-    def trait_values(self, backend: str) -> dict[str, Any]:
-        """The engine's traits, with those its table for ``backend`` sets instead."""
-        return {**dict(self.traits), **dict(dict(self.backend_traits).get(backend, ()))}
-
-
 @dataclass(frozen=True)
 class Profile:
     """Fitted values by level key, each with the record of what it was fitted to."""
@@ -142,95 +100,17 @@ def parameter_defs() -> dict[str, ParameterDef]:
             for name, d in doc.items()}
 
 
-@lru_cache(maxsize=1)
-def engines() -> dict[str, Engine]:
-    return {name: _engine(name, d) for name, d in _read(ENGINES_PATH).items()}
-
-
-def _engine(name: str, table: dict[str, Any]) -> Engine:
-    backends = table.get("backend", {})
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown:
-        raise InputError(f"{ENGINES_PATH}: [{name}] names unknown backend(s) {', '.join(unknown)}; "
-                         f"use {', '.join(BACKENDS)}.")
-    return Engine(name, str(table.get("display_name", name)), tuple(table.get("aliases", ())),
-                  str(table.get("source", "")), _trait_pairs(name, table),
-                  tuple((b, _trait_pairs(f"{name}.backend.{b}", t)) for b, t in backends.items()))
-
-
-def _trait_pairs(where: str, table: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    pairs = []
-    for key, value in table.items():
-        if key in ENGINE_TRAITS:
-            pairs.append((key, value))
-        elif key not in ("display_name", "aliases", "source", "backend") and \
-                not key.endswith("_source"):
-            raise InputError(f"{ENGINES_PATH}: [{where}] has unknown trait '{key}'; known: "
-                             f"{', '.join(ENGINE_TRAITS)}.")
-    return tuple(pairs)
-
-
-@lru_cache(maxsize=1)
-def _device_facts() -> dict[str, Any]:
-    return _read(DEVICES_PATH)
-
-
-def backend_of(hardware: HardwareSpec) -> str:
-    """The compute backend engines use on ``hardware``, from its vendor and class
-    (devices.toml [backend]): cuda (NVIDIA, and AMD through HIP), metal, cpu, other."""
-    table = _device_facts().get("backend", {})
-    if hardware.device_class == "cpu":
-        return "cpu"
-    return str(table.get(hardware.vendor, "other"))
-
-
-def fp16_accumulate_speedup(hardware: HardwareSpec) -> float:
-    """How much faster the device runs fp16 matmuls accumulating in fp16 than at the
-    sheet's fp16 (fp32-accumulate) peak (devices.toml; 1 where the two are equal)."""
-    table = _device_facts().get("fp16_accumulate_speedup", {})
-    for key in (f"device:{hardware.name}", f"{hardware.vendor}/{hardware.device_class}"):
-        if key in table:
-            return float(table[key])
-    return 1.0
-
-
-@lru_cache(maxsize=256)
-def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
-    """The engine's documented behaviour on ``hardware``'s backend."""
-    values = engine.trait_values(backend_of(hardware))
-    speedup = fp16_accumulate_speedup(hardware) if values.get("fp16_accumulate") else 1.0
-    return Traits(int(values.get("prefill_ubatch_tokens", 0)), speedup,
-                  int(values.get("dequant_buffer_above_tokens", 0)),
-                  float(values.get("attention_score_bytes", 0.0)))
-
-
-def engine_names() -> list[str]:
-    return [name for name in engines() if name != "unrecorded"]
-
-
-def resolve_engine(name: str | None) -> Engine:
-    """An engine by name or alias ('TensorRT-LLM' -> trtllm); None is the generic engine."""
-    table = engines()
-    if name is None:
-        return table[GENERIC_ENGINE]
-    key = normalise(name)
-    for engine in table.values():
-        if key in {normalise(engine.name), *map(normalise, engine.aliases)}:
-            return engine
-    raise InputError(f"unknown engine '{name}'.{nearest_hint(name, engine_names())} "
-                     f"Choose one of {', '.join(engine_names())}.")
-
-
 def level_keys(hardware: HardwareSpec, engine: Engine, parameter: ParameterDef) -> list[str]:
     """Level keys from most to least specific for one constant of one device and engine."""
     cls = hardware.device_class
     if parameter.level == "device":
         keys = [] if parameter.global_only else [f"device:{hardware.name}", f"class:{cls}"]
-    elif engine.name == GENERIC_ENGINE:
+    elif engine.fitted_name == GENERIC_ENGINE:
         keys = []
     else:
-        keys = ([f"engine:{engine.name}/class:{cls}"] if parameter.by_class else []) + \
-            [f"engine:{engine.name}"]
+        name = engine.fitted_name
+        keys = ([f"engine:{name}/class:{cls}"] if parameter.by_class else []) + \
+            [f"engine:{name}"]
     return keys + ["global"]
 
 

@@ -5,9 +5,13 @@ g(value) = g(prior) + δ_global + δ_class + δ_device; for an engine constant
 g(value) = g(prior) + δ_global + δ_engine + δ_engine×class, where g is ln, or
 logit(value / upper) for a constant with a physical ceiling. The fit minimises
 
-    Σ_rows ((ln predicted − ln measured) / σ_row)²  +  Σ_levels (δ / spread)²
+    Σ_rows huber((ln predicted − ln measured) / σ_row)  +  Σ_levels (δ / spread)²
 
-with Levenberg–Marquardt: the second sum is a ridge toward the parent level, so a level
+with Levenberg–Marquardt (the Huber loss by iteratively reweighted least squares): a row
+the model misses by more than HUBER_THRESHOLD σ pulls in proportion to its error, not its
+square, so a few rows of a setting the model does not describe (an untuned backend, a
+build with another code path) cannot drag a constant far from what the other rows and
+its prior say. The second sum is a ridge toward the parent level, so a level
 without measurements keeps its parent's value (a device no row mentions gets its class's,
 an engine with no rows the pooled one) and a level with few rows moves only as far as
 they pull it. Operators are priced with ``calibrated.priced_parts``, the same lines the
@@ -33,6 +37,9 @@ from phasewise.specs import HardwareSpec
 # Typical size of a measurement's disagreement with any simple model (ln units, ~10%):
 # the scale that weighs a row's residual against a level's prior spread.
 ROW_SIGMA = 0.10
+# Rows beyond this many ROW_SIGMA from the model count with linear, not quadratic, loss
+# (Huber): 3σ, the conventional outlier boundary, about 35% off.
+HUBER_THRESHOLD = 3.0
 # How far the global value may move from the prior (ln units): loose, the data decide.
 GLOBAL_SPREAD = 1.5
 FINITE_STEP = 1e-5
@@ -229,17 +236,19 @@ def _unlink(z: float, upper: float) -> float:
 
 def fit_profile(observations: Sequence[Observation], *, name: str = "fitted",
                 max_iterations: int = MAX_ITERATIONS) -> FitResult:
-    """The profile that best explains ``observations`` (maximum a posteriori, Gaussian in
-    log time, with the level priors of parameters.toml)."""
+    """The profile that best explains ``observations`` (maximum a posteriori with the level
+    priors of parameters.toml, the rows' log-time residuals under a Huber loss)."""
     problem = _Problem(observations)
+    n = len(problem.observations)
     delta = np.zeros(len(problem.slots))
     predicted = problem.predict(delta)
     r = problem.residuals(delta, predicted)
-    cost, damping, iterations = float(r @ r), 1e-3, 0
+    cost, damping, iterations = _robust_cost(r, n), 1e-3, 0
     for iterations in range(1, max_iterations + 1):
-        jac = problem.jacobian(delta, predicted)
+        root_w = _root_weights(r, n)
+        jac = problem.jacobian(delta, predicted) * root_w[:, None]
         normal = jac.T @ jac
-        gradient = jac.T @ r
+        gradient = jac.T @ (root_w * r)
         improved = False
         for _ in range(12):
             lhs = normal + damping * np.diag(np.diag(normal) + 1e-12)
@@ -247,7 +256,7 @@ def fit_profile(observations: Sequence[Observation], *, name: str = "fitted",
             trial = delta + step
             trial_predicted = problem.predict(trial)
             trial_r = problem.residuals(trial, trial_predicted)
-            trial_cost = float(trial_r @ trial_r)
+            trial_cost = _robust_cost(trial_r, n)
             if np.isfinite(trial_cost) and trial_cost < cost:
                 improved = True
                 damping = max(damping / 3, 1e-9)
@@ -259,10 +268,27 @@ def fit_profile(observations: Sequence[Observation], *, name: str = "fitted",
         delta, predicted, r, cost = trial, trial_predicted, trial_r, trial_cost
         if gain < RELATIVE_TOLERANCE * max(cost, 1.0):
             break
-    jac = problem.jacobian(delta, predicted)
+    jac = problem.jacobian(delta, predicted) * _root_weights(r, n)[:, None]
     profile = _profile(problem, delta, predicted, jac, name)
     log_res = np.log(predicted) - np.log(problem.measured)
     return FitResult(profile, predicted, log_res, iterations, cost, problem.observations)
+
+
+def _root_weights(r: np.ndarray, rows: int) -> np.ndarray:
+    """√ of the Huber weights: 1 within HUBER_THRESHOLD, threshold / |r| beyond it, for the
+    first ``rows`` residuals (the measurements); the prior terms keep weight 1."""
+    weights = np.ones_like(r)
+    size = np.abs(r[:rows])
+    weights[:rows] = np.where(size <= HUBER_THRESHOLD, 1.0,
+                              HUBER_THRESHOLD / np.maximum(size, 1e-300))
+    return np.sqrt(weights)
+
+
+def _robust_cost(r: np.ndarray, rows: int) -> float:
+    size = np.abs(r[:rows])
+    huber = np.where(size <= HUBER_THRESHOLD, size ** 2,
+                     2 * HUBER_THRESHOLD * size - HUBER_THRESHOLD ** 2)
+    return float(huber.sum() + r[rows:] @ r[rows:])
 
 
 def _profile(problem: _Problem, delta: np.ndarray, predicted: np.ndarray, jac: np.ndarray,

@@ -8,11 +8,11 @@ paths to each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from phasewise.cost.calibrated import Calibrated, split_prefill
-from phasewise.cost.calibration import Profile, load_profile
+from phasewise.cost.calibration import Profile, configure, load_profile
 from phasewise.cost.fit import FitResult, Observation, fit_profile
 from phasewise.errors import InputError
 from phasewise.estimate import estimate
@@ -77,10 +77,18 @@ def dataset(files: Sequence[MeasurementFile]) -> Dataset:
                 out.excluded.append(Problem(row.line, row.record_id, row.exclude))
                 continue
             try:
-                out.scenarios.append(scenario_for(row))
+                out.scenarios.append(_configured(scenario_for(row), row.software_stack))
             except (MappingError, InputError) as err:
                 out.skipped.append(Problem(row.line, row.record_id, f"{_name(file.path)}: {err}"))
     return out
+
+
+def _configured(scenario: Scenario, software: str) -> Scenario:
+    """The scenario's engine with the variants its software description selects (a flag
+    such as llama-bench's -fa 1, a build before a code path changed)."""
+    if scenario.engine is None:
+        return scenario
+    return replace(scenario, engine=configure(scenario.engine, software))
 
 
 def _name(path: str) -> str:

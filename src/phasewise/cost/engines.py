@@ -1,0 +1,264 @@
+"""Inference engines as documented fact: what each does that the ledger cannot see.
+
+An engine (``catalog/calibration/engines.toml``) has traits: how it splits a prompt into
+forward passes, whether its attention is fused, how its GEMMs treat block-quantized
+weights and fp16 accumulation. Traits may differ by compute backend (the device's vendor
+decides it, ``devices.toml``) and by variant: a documented option or an older code path,
+chosen by name (``llama.cpp+flash-attn``) or read from how a measurement describes its
+software ("-fa 1", "build 1988", "May 2024"). Traits are never fitted; an engine's kernel
+speeds are (``calibration``), and every variant of an engine shares them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from datetime import date
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from phasewise.catalog._names import normalise
+from phasewise.errors import InputError, nearest_hint
+from phasewise.specs import HardwareSpec
+
+CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "catalog" / "calibration"
+ENGINES_PATH = CALIBRATION_DIR / "engines.toml"
+DEVICES_PATH = CALIBRATION_DIR / "devices.toml"
+GENERIC_ENGINE = "generic"
+VARIANT_SEPARATOR = "+"
+
+# Traits a table in engines.toml may set.
+ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
+                 "attention_score_bytes")
+BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
+_META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
+         "before_build")
+
+_MONTHS = {m: i for i, m in enumerate(("january", "february", "march", "april", "may", "june",
+                                       "july", "august", "september", "october", "november",
+                                       "december"), start=1)}
+_ISO_DATE = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
+_MONTH_YEAR = re.compile(r"\b(" + "|".join(_MONTHS) + r")\s+(20\d\d)\b", re.I)
+_BUILD = re.compile(r"\bbuild\s+(?:[0-9a-f]{6,}\s+)?\(?b?(\d{3,6})\)?", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """What an engine does on one device that the ledger cannot see (documented, not fitted).
+
+    ``prefill_ubatch_tokens``: a longer prompt runs as consecutive micro-batches (0: whole).
+    ``gemm_peak_factor``: 16-bit GEMMs run at this multiple of the sheet's fp16 peak (the
+    engine accumulates in fp16 on a device whose fp16-accumulate rate is higher).
+    ``dequant_buffer_above_tokens``: GEMMs over this many tokens first dequantize
+    block-quantized weights into a 16-bit buffer, then multiply it (0: never; the GEMM
+    dequantizes as it reads).
+    ``attention_score_bytes``: bytes per attention score moved through memory by an
+    unfused attention (scores written, soft-maxed, read back); 0 for fused attention.
+    """
+
+    prefill_ubatch_tokens: int = 0
+    gemm_peak_factor: float = 1.0
+    dequant_buffer_above_tokens: int = 0
+    attention_score_bytes: float = 0.0
+
+
+Pairs = tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A documented option or older code path of an engine, and what selects it in a
+    description of the software: any of ``when`` (a flag as written), a date before
+    ``before_date``, or a build number below ``before_build``."""
+
+    name: str
+    traits: Pairs
+    backend: str = ""  # the backend its traits apply on ("": every backend)
+    when: tuple[str, ...] = ()
+    before_date: date | None = None
+    before_build: int = 0
+    source: str = ""
+
+    def selected_by(self, text: str) -> bool:
+        lowered = f" {text.lower()} "
+        if any(phrase.lower() in lowered for phrase in self.when):
+            return True
+        when = software_date(text)
+        if self.before_date and when and when < self.before_date:
+            return True
+        build = software_build(text)
+        return bool(self.before_build and build is not None and build < self.before_build)
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """An engine, possibly with variants applied; ``base`` names the fitted engine."""
+
+    name: str
+    display_name: str
+    aliases: tuple[str, ...]
+    source: str
+    traits: Pairs = ()
+    backend_traits: tuple[tuple[str, Pairs], ...] = ()
+    variants: tuple[Variant, ...] = ()
+    applied: tuple[str, ...] = ()
+    base: str = ""
+
+    @property
+    def fitted_name(self) -> str:
+        """The engine whose fitted constants this one uses (variants share them)."""
+        return self.base or self.name
+
+    @property
+    def prefill_ubatch_tokens(self) -> int:
+        return int(dict(self.traits).get("prefill_ubatch_tokens", 0))
+
+    def trait_values(self, backend: str) -> dict[str, Any]:
+        """The engine's traits, then its table for ``backend``, then each applied variant
+        whose backend this is."""
+        values = {**dict(self.traits), **dict(dict(self.backend_traits).get(backend, ()))}
+        for variant in self.variants:
+            if variant.name in self.applied and variant.backend in ("", backend):
+                values.update(dict(variant.traits))
+        return values
+
+    def with_variants(self, names: tuple[str, ...]) -> Engine:
+        known = {v.name for v in self.variants}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            choices = ", ".join(sorted(known)) or "none"
+            raise InputError(f"engine '{self.fitted_name}' has no variant "
+                             f"'{unknown[0]}'; its variants: {choices}.")
+        ordered = tuple(v.name for v in self.variants if v.name in names)
+        base = self.fitted_name
+        return replace(self, name=VARIANT_SEPARATOR.join((base, *ordered)), applied=ordered,
+                       base=base)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{path}: not valid TOML ({err}); fix the file.") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror}).") from None
+
+
+@lru_cache(maxsize=1)
+def engines() -> dict[str, Engine]:
+    return {name: _engine(name, d) for name, d in _read(ENGINES_PATH).items()}
+
+
+def _engine(name: str, table: dict[str, Any]) -> Engine:
+    backends = table.get("backend", {})
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise InputError(f"{ENGINES_PATH}: [{name}] names unknown backend(s) "
+                         f"{', '.join(unknown)}; use {', '.join(BACKENDS)}.")
+    variants = tuple(_variant(name, v, t) for v, t in table.get("variant", {}).items())
+    return Engine(name, str(table.get("display_name", name)), tuple(table.get("aliases", ())),
+                  str(table.get("source", "")), _trait_pairs(name, table),
+                  tuple((b, _trait_pairs(f"{name}.backend.{b}", t)) for b, t in backends.items()),
+                  variants)
+
+
+def _variant(engine: str, name: str, table: dict[str, Any]) -> Variant:
+    backend = str(table.get("backend", ""))
+    if backend and backend not in BACKENDS:
+        raise InputError(f"{ENGINES_PATH}: [{engine}.variant.{name}] backend '{backend}' is "
+                         f"not one of {', '.join(BACKENDS)}.")
+    before = table.get("before_date")
+    return Variant(name, _trait_pairs(f"{engine}.variant.{name}", table), backend,
+                   tuple(table.get("when", ())),
+                   date.fromisoformat(str(before)) if before else None,
+                   int(table.get("before_build", 0)), str(table.get("source", "")))
+
+
+def _trait_pairs(where: str, table: dict[str, Any]) -> Pairs:
+    pairs = []
+    for key, value in table.items():
+        if key in ENGINE_TRAITS:
+            pairs.append((key, value))
+        elif key not in _META and not key.endswith("_source"):
+            raise InputError(f"{ENGINES_PATH}: [{where}] has unknown trait '{key}'; known: "
+                             f"{', '.join(ENGINE_TRAITS)}.")
+    return tuple(pairs)
+
+
+def engine_names() -> list[str]:
+    return [name for name in engines() if name != "unrecorded"]
+
+
+def resolve_engine(name: str | None) -> Engine:
+    """An engine by name or alias ('TensorRT-LLM' -> trtllm), with variants after a '+'
+    ('llama.cpp+flash-attn'); None is the generic engine."""
+    table = engines()
+    if name is None:
+        return table[GENERIC_ENGINE]
+    base, *variants = (part.strip() for part in name.split(VARIANT_SEPARATOR))
+    key = normalise(base)
+    for engine in table.values():
+        if key in {normalise(engine.name), *map(normalise, engine.aliases)}:
+            return engine.with_variants(tuple(variants)) if variants else engine
+    raise InputError(f"unknown engine '{name}'.{nearest_hint(base, engine_names())} "
+                     f"Choose one of {', '.join(engine_names())}.")
+
+
+def configure(engine: Engine, software: str) -> Engine:
+    """``engine`` with the variants a description of its software selects ('llama.cpp
+    llama-bench build 6db2b41a (1988), CUDA backend' -> llama.cpp+cublas-fp16)."""
+    chosen = tuple(v.name for v in engine.variants if v.selected_by(software))
+    return engine.with_variants(chosen) if chosen else engine
+
+
+def software_date(text: str) -> date | None:
+    """The date a description gives ('2023-09-09', 'May 2024'; a month counts from its
+    first day), or None."""
+    if match := _ISO_DATE.search(text):
+        return date(int(match[1]), int(match[2]), int(match[3]))
+    if match := _MONTH_YEAR.search(text):
+        return date(int(match[2]), _MONTHS[match[1].lower()], 1)
+    return None
+
+
+def software_build(text: str) -> int | None:
+    """A build number ('build 6db2b41a (1988)', 'build b3891'), or None."""
+    match = _BUILD.search(text)
+    return int(match[1]) if match else None
+
+
+@lru_cache(maxsize=1)
+def _device_facts() -> dict[str, Any]:
+    return _read(DEVICES_PATH)
+
+
+def backend_of(hardware: HardwareSpec) -> str:
+    """The compute backend engines use on ``hardware``: a device of class cpu uses "cpu",
+    others their vendor's (devices.toml [backend]), "other" for a vendor not listed."""
+    if hardware.device_class == "cpu":
+        return "cpu"
+    return str(_device_facts().get("backend", {}).get(hardware.vendor, "other"))
+
+
+def fp16_accumulate_speedup(hardware: HardwareSpec) -> float:
+    """How much faster the device runs fp16 matmuls accumulating in fp16 than at the
+    sheet's fp16 (fp32-accumulate) peak (devices.toml; 1 where the two are equal)."""
+    table = _device_facts().get("fp16_accumulate_speedup", {})
+    for key in (f"device:{hardware.name}", f"{hardware.vendor}/{hardware.device_class}"):
+        if key in table:
+            return float(table[key])
+    return 1.0
+
+
+@lru_cache(maxsize=256)
+def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
+    """The engine's documented behaviour on ``hardware``'s backend."""
+    values = engine.trait_values(backend_of(hardware))
+    return Traits(
+        prefill_ubatch_tokens=int(values.get("prefill_ubatch_tokens", 0)),
+        gemm_peak_factor=fp16_accumulate_speedup(hardware) if values.get("fp16_accumulate")
+        else 1.0,
+        dequant_buffer_above_tokens=int(values.get("dequant_buffer_above_tokens", 0)),
+        attention_score_bytes=float(values.get("attention_score_bytes", 0.0)))
