@@ -23,7 +23,8 @@ first converts its block-quantized weights to a 16-bit buffer in a kernel of its
 (serial bytes: the stored weights read, 2 bytes per weight written), then multiplies the
 16-bit copy; an unfused attention runs its two matmuls at the engine's GEMM rate and moves
 each score through memory (``attention_score_bytes``, serial bytes), its scores counted
-from the ledger's FLOPs as FLOPs / (4 · d_head).
+from the ledger's FLOPs as FLOPs / (4 · d_head); an engine with its own all-reduce kernel
+pays its rounds per call (``allreduce_rounds``) instead of the ledger's tree rounds.
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
 per call; routed tokens per expert for MoE) against the device's ridge point (peak FLOP/s ÷
@@ -54,6 +55,8 @@ MATH_FORMAT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 
 BUFFER_BYTES_PER_WEIGHT = 2.0
 # FLOPs per attention score and head dimension: QK^T and PV are 2 FLOPs each per element.
 ATTENTION_FLOPS_PER_SCORE_DIM = 4.0
+# The ledger's tensor-parallel all-reduce, whose rounds an engine's own kernel may set.
+ALLREDUCE_OP = "tp.allreduce"
 KIND_GEMM, KIND_ATTENTION, KIND_ELEMENTWISE, KIND_COMMUNICATION = range(4)
 _KINDS = {"gemm": KIND_GEMM, "attention": KIND_ATTENTION, "elementwise": KIND_ELEMENTWISE,
           "communication": KIND_COMMUNICATION}
@@ -104,13 +107,23 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
     if unfused and op.k:
         scores = op.flops / (ATTENTION_FLOPS_PER_SCORE_DIM * op.k)
         serial_bytes = traits.attention_score_bytes * scores
+    hops = op.hops
+    if op.name == ALLREDUCE_OP and traits.allreduce_rounds and _peer_link(hardware):
+        hops = op.calls * traits.allreduce_rounds
     intensity = op.flops / weight_bytes if weight_bytes else 1e30
     peak_factor = traits.gemm_peak_factor if (
         kind in (KIND_GEMM, KIND_ATTENTION) and math_format == "fp16") else 1.0
     return OpFeatures(kind, op.flops, memory_bytes, op.calls, kernels, intensity,
                       1.0 if dequantized and not buffered else 0.0, 1.0 if unfused else 0.0,
-                      serial_bytes, peak_factor, op.network, op.hops, peak, ridge, bandwidth,
+                      serial_bytes, peak_factor, op.network, hops, peak, ridge, bandwidth,
                       link_bw, link_latency)
+
+
+def _peer_link(hardware: HardwareSpec) -> bool:
+    """Devices joined by a scale-up link (NVLink, Infinity Fabric), which engines' own
+    all-reduce kernels need: they read peers' memory directly (vLLM turns them off on
+    PCIe-only machines of more than two GPUs)."""
+    return hardware.interconnect is not None and hardware.interconnect.kind != "pcie"
 
 
 def _dequantized(op: Op, math_format: str) -> bool:

@@ -31,7 +31,7 @@ VARIANT_SEPARATOR = "+"
 
 # Traits a table in engines.toml may set.
 ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
-                 "attention_score_bytes")
+                 "attention_score_bytes", "allreduce_rounds")
 BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
 _META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
          "before_build")
@@ -56,12 +56,15 @@ class Traits:
     dequantizes as it reads).
     ``attention_score_bytes``: bytes per attention score moved through memory by an
     unfused attention (scores written, soft-maxed, read back); 0 for fused attention.
+    ``allreduce_rounds``: latency-bound rounds of the engine's own tensor-parallel
+    all-reduce, whatever the device count (0: the ledger's, NCCL's tree).
     """
 
     prefill_ubatch_tokens: int = 0
     gemm_peak_factor: float = 1.0
     dequant_buffer_above_tokens: int = 0
     attention_score_bytes: float = 0.0
+    allreduce_rounds: int = 0
 
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -261,4 +264,5 @@ def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
         gemm_peak_factor=fp16_accumulate_speedup(hardware) if values.get("fp16_accumulate")
         else 1.0,
         dequant_buffer_above_tokens=int(values.get("dequant_buffer_above_tokens", 0)),
-        attention_score_bytes=float(values.get("attention_score_bytes", 0.0)))
+        attention_score_bytes=float(values.get("attention_score_bytes", 0.0)),
+        allreduce_rounds=int(values.get("allreduce_rounds", 0)))

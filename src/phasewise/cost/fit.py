@@ -37,6 +37,10 @@ from phasewise.specs import HardwareSpec
 # Typical size of a measurement's disagreement with any simple model (ln units, ~10%):
 # the scale that weighs a row's residual against a level's prior spread.
 ROW_SIGMA = 0.10
+# A device microbenchmark measures its ceiling directly; repeated runs of a best-matmul
+# or STREAM benchmark agree within a few percent, so its row weighs as one of that scatter
+# and the engines' phase rows on the device cannot drag the ceiling far from it.
+CEILING_SIGMA = 0.03
 # Rows beyond this many ROW_SIGMA from the model count with linear, not quadratic, loss
 # (Huber): 3σ, the conventional outlier boundary, about 35% off.
 HUBER_THRESHOLD = 3.0
@@ -124,6 +128,8 @@ class _Problem:
         self.ceiling_param = np.asarray(ceiling_param, int)
         self.ceiling_scale = np.asarray(ceiling_scale, float)
         self.measured = np.asarray([o.measured_s for o in self.observations], float)
+        self.sigma = np.where([bool(o.ceiling) for o in self.observations], CEILING_SIGMA,
+                              ROW_SIGMA)
         self._build_slots(touched)
 
     def _build_slots(self, touched: dict[int, set[str]]) -> None:
@@ -185,7 +191,7 @@ class _Problem:
         return times
 
     def residuals(self, delta: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-        rows = (np.log(predicted) - np.log(self.measured)) / ROW_SIGMA
+        rows = (np.log(predicted) - np.log(self.measured)) / self.sigma
         return np.concatenate([rows, delta / self.spread])
 
     def jacobian(self, delta: np.ndarray, predicted: np.ndarray) -> np.ndarray:
@@ -214,7 +220,7 @@ class _Problem:
                 rate = values[self.ceiling_ctx[ceil], self.ceiling_param[ceil]] * \
                     self.ceiling_scale[ceil]
                 times[self.ceiling_obs[ceil]] = 1.0 / rate
-            jac[:n, j] = (np.log(times) - np.log(predicted)) / FINITE_STEP / ROW_SIGMA
+            jac[:n, j] = (np.log(times) - np.log(predicted)) / FINITE_STEP / self.sigma
             jac[n + j, j] = 1.0 / self.spread[j]
         return jac
 
@@ -309,7 +315,7 @@ def _profile(problem: _Problem, delta: np.ndarray, predicted: np.ndarray, jac: n
         parameter = problem.defs[param]
         value = _unlink(_link(parameter.prior, parameter.upper) + float(delta[chain].sum()),
                         parameter.upper)
-        informed = np.nonzero(np.abs(jac[:n, j]) > 1e-6 / ROW_SIGMA)[0]
+        informed = np.nonzero(np.abs(jac[:n, j]) > 1e-6 / problem.sigma)[0]
         sources = sorted({problem.observations[i].source for i in informed})
         rms = float(np.sqrt(np.mean(log_res[informed] ** 2))) if len(informed) else 0.0
         values.setdefault(key, {})[param] = value
