@@ -174,6 +174,12 @@ def priced_parts(f: OpFeatures, c: Any, *,
     return Parts(compute_s, memory_s, serial_s, network_s, overhead_s)
 
 
+# Resolved models by (profile identity, device, engine): estimates resolve the same few
+# again and again; the profile is held with its entry so its identity cannot be reused.
+RESOLVED_CACHE_SIZE = 1024
+_RESOLVED: dict[tuple[int, HardwareSpec, Engine], tuple[Profile, Calibrated]] = {}
+
+
 @dataclass(frozen=True)
 class Calibrated:
     """Expected time on one device under one engine, from a calibration profile."""
@@ -191,8 +197,16 @@ class Calibrated:
         ``hardware`` under ``engine`` (generic when None)."""
         chosen = engine if isinstance(engine, Engine) else resolve_engine(engine)
         profile = calibration if isinstance(calibration, Profile) else load_profile(calibration)
-        return cls(constants_for(profile, hardware, chosen), chosen.name, profile.name,
-                   traits=traits_for(chosen, hardware))
+        key = (id(profile), hardware, chosen)
+        held = _RESOLVED.get(key)
+        if held is not None and held[0] is profile:
+            return held[1]
+        if len(_RESOLVED) >= RESOLVED_CACHE_SIZE:
+            _RESOLVED.clear()
+        model = cls(constants_for(profile, hardware, chosen), chosen.name, profile.name,
+                    traits=traits_for(chosen, hardware))
+        _RESOLVED[key] = (profile, model)
+        return model
 
     def op_time(self, op: Op, hardware: HardwareSpec, math_format: str) -> Timing:
         p = priced_parts(op_features(op, hardware, math_format, self.traits), self.constants)
