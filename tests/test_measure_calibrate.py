@@ -120,3 +120,37 @@ def _any_ceilings():
                     versions={}, memory_bytes=1e9, gemm_flops_per_s={"fp32": 1e10}, gemm_size=8,
                     copy_bytes_per_s=1e10, read_bytes_per_s=1e10, buffer_bytes=8, warmup=0,
                     repeats=1)
+
+
+def test_hardware_local_reads_what_calibrate_measured_on_this_machine(calibration_profile,
+                                                                      tmp_path, monkeypatch,
+                                                                      capsys):
+    from phasewise.cli import main
+
+    monkeypatch.setenv("PHASEWISE_HOME", str(tmp_path / "home"))
+    source = tmp_path / "profile.json"
+    source.write_text(calibration_profile.model_dump_json())
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--from", str(source), "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["usage"] == "phasewise estimate --hardware local"
+    common = ["estimate", "--model", "smollm2-135m", "--weight-dtype", "fp32", "--act-dtype",
+              "fp32", "--kv-dtype", "fp32", "--format", "json"]
+    with pytest.raises(SystemExit):
+        main([*common, "--hardware", "local"])
+    local = json.loads(capsys.readouterr().out)
+    with pytest.raises(SystemExit):
+        main([*common, "--hardware", report["hardware"], "--calibration", report["calibration"]])
+    explicit = json.loads(capsys.readouterr().out)
+    assert local["inputs"]["hardware"] == "local"
+    assert local["tpot_s"] == explicit["tpot_s"] and local["ttft_s"] == explicit["ttft_s"]
+
+
+def test_hardware_local_before_calibrating_says_to_calibrate(tmp_path, monkeypatch, capsys):
+    from phasewise.cli import main
+
+    monkeypatch.setenv("PHASEWISE_HOME", str(tmp_path / "empty"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["estimate", "--hardware", "local"])
+    assert exit_info.value.code == 2
+    assert "phasewise calibrate" in capsys.readouterr().err

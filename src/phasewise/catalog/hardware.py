@@ -9,6 +9,7 @@ from typing import Any
 
 from phasewise.catalog._names import normalise
 from phasewise.errors import InputError, nearest_hint
+from phasewise.local import LOCAL_DEVICE_NAME, local_hardware_path
 from phasewise.specs import HardwareSpec, Link
 
 HARDWARE_DIR = Path(__file__).parent / "hardware"
@@ -95,6 +96,12 @@ def _lookup() -> dict[str, str]:
 
 
 def resolve_hardware_path(ref: str) -> Path:
+    if ref == LOCAL_DEVICE_NAME:
+        local = local_hardware_path()
+        if not local.is_file():
+            raise InputError(f"no measured sheet for this machine at {local}; run `phasewise "
+                             "calibrate` first (it measures the ceilings and writes it).")
+        return local
     path = Path(ref).expanduser()
     if path.suffix == ".toml" or path.is_file():
         if not path.is_file():
@@ -112,11 +119,16 @@ def hardware_sheet(ref: str) -> dict[str, Any]:
     return read_toml(resolve_hardware_path(ref))
 
 
-@lru_cache(maxsize=256)
 def load_hardware(ref: str) -> HardwareSpec:
-    """A HardwareSpec from a catalog name or alias, or a path to a user's TOML sheet."""
-    path = resolve_hardware_path(ref)
-    return hardware_from_sheet(read_toml(path), str(path) if path.parent != HARDWARE_DIR else path.stem)
+    """A HardwareSpec from a catalog name or alias, a path to a user's TOML sheet, or
+    ``local``: the sheet `phasewise calibrate` measured on this machine."""
+    return _load_sheet(resolve_hardware_path(ref))
+
+
+@lru_cache(maxsize=256)
+def _load_sheet(path: Path) -> HardwareSpec:
+    origin = path.stem if path.parent == HARDWARE_DIR else str(path)
+    return hardware_from_sheet(read_toml(path), origin)
 
 
 @lru_cache(maxsize=64)

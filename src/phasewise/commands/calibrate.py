@@ -40,8 +40,8 @@ def calibrate(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """Fit the calibrated cost model to measurements of this machine."""
-    from phasewise.measure.calibrate import (calibration_toml, fit_calibration,
-                                             hardware_sheet_toml, local_dir)
+    from phasewise.local import local_dir
+    from phasewise.measure.calibrate import calibration_toml, fit_calibration, hardware_sheet_toml
     from phasewise.report.output import to_json, write_atomic
 
     if fmt not in ("table", "json"):
@@ -55,8 +55,8 @@ def calibrate(
     folder = Path(out_dir).expanduser() if out_dir else local_dir()
     calibration_path = write_atomic(folder / "calibration.toml", calibration_toml(result, hardware))
     sheet_path = write_atomic(folder / "hardware.toml", hardware_sheet_toml(documents[0].ceilings))
-    usage = (f"phasewise estimate --hardware {sheet_path} --cost calibrated "
-             f"--calibration {calibration_path}")
+    usage = ("phasewise estimate --hardware local" if folder == local_dir() else
+             f"phasewise estimate --hardware {sheet_path} --calibration {calibration_path}")
     if fmt == "json":
         echo(to_json({"calibration": str(calibration_path), "hardware": str(sheet_path),
                       "usage": usage, "fit": result.profile.fit,

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from phasewise.errors import InputError
+from phasewise.local import LOCAL_DEVICE_NAME
 from phasewise.ledger import Step, build_ledger
 from phasewise.measure.micro import hardware_from_ceilings
 from phasewise.measure.profile import precision_for
 from phasewise.measure.types import Ceilings, Profile
 from phasewise.specs import HardwareSpec, ModelSpec
 
-LOCAL_DEVICE_NAME = "local"
 FIT_METHOD = ("Levenberg-Marquardt on ln(predicted/measured time), ridge toward each "
               "constant's prior (cost/fit.py), over phasewise profile runs on this machine")
 
@@ -130,12 +130,3 @@ def hardware_sheet_toml(ceilings: Ceilings, *, name: str = LOCAL_DEVICE_NAME) ->
 
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def local_dir() -> Path:
-    """Where `phasewise calibrate` keeps this machine's sheet and profile by default:
-    $PHASEWISE_HOME, else $XDG_CONFIG_HOME/phasewise, else ~/.config/phasewise."""
-    if os.environ.get("PHASEWISE_HOME"):
-        return Path(os.environ["PHASEWISE_HOME"]).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(base) / "phasewise"
