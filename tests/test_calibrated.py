@@ -22,7 +22,8 @@ from phasewise.specs import Parallelism, Precision, Workload
 ROUND = dict(gemm_fraction=0.8, bandwidth_fraction=0.9, bytes_half=1e5, gemm_efficiency=0.5,
              gemm_intensity_half=0.25, attention_efficiency=0.4, bandwidth_efficiency=0.5,
              dequant_bandwidth=0.8, dequant_compute=0.5, kernel_overhead_s=1e-5,
-             step_overhead_s=1e-4, link_latency_factor=2.0, link_efficiency=0.5)
+             step_overhead_s=1e-4, parallel_step_overhead_s=5e-4, link_latency_factor=2.0,
+             link_efficiency=0.5)
 
 
 def test_gemm_time_by_hand():
@@ -321,6 +322,19 @@ def test_engines_with_their_own_all_reduce_pay_its_rounds_on_a_peer_link():
         traits = Calibrated.for_device(hardware, engine=engine).traits
         assert op_features(allreduce, hardware, "fp16", traits).hops == \
             rounds * allreduce.calls, (device, engine)
+
+
+def test_a_step_on_several_devices_pays_the_parallel_step_overhead_once():
+    """The engine's workers synchronise once a forward pass: a TP2 step adds
+    parallel_step_overhead_s (5e-4 here) to the step overhead (1e-4); a one-device step not."""
+    h100, model = load_hardware("h100-sxm"), load_model("llama-3-8b")
+    cost = Calibrated(Constants(**ROUND))
+    precision = Precision("bf16", "bf16", "bf16")
+    for tp, fixed in ((1, 1e-4), (2, 1e-4 + 5e-4)):
+        ledger = build_ledger(model, Step.decode(1, 100), precision, Parallelism(tp))
+        timing = cost.step_time(ledger, h100)
+        ops = sum(t.time_s for _, t in timing.ops)
+        assert timing.total.time_s - ops == pytest.approx(fixed), tp
 
 
 def test_a_device_no_measurement_mentions_gets_its_class_values():

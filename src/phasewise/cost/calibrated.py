@@ -15,6 +15,8 @@ For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
     collectives: bytes / (link bandwidth · link_efficiency)
                  + hops · link latency · link_latency_factor + calls · kernel_overhead_s
     step      = Σ operators + step_overhead_s
+                + parallel_step_overhead_s if the step runs on more than one device (the
+                  engine's processes synchronise: the step's inputs go to every worker)
 
 The engine's documented traits (``engines.Traits``) change what an operator does, not
 how fast: ``peak_factor`` is the fp16-accumulate speed-up of an engine that accumulates in
@@ -220,7 +222,8 @@ class Calibrated:
     def step_time(self, ledger: Ledger, hardware: HardwareSpec) -> StepTiming:
         priced = tuple((op, self.op_time(op, hardware, math_format_for(op, ledger.math_format)))
                        for op in ledger.ops)
-        step_s = self.constants.step_overhead_s
+        step_s = self.constants.step_overhead_s + (
+            self.constants.parallel_step_overhead_s if ledger.devices > 1 else 0.0)
         overhead = Timing(step_s, 0.0, 0.0, 0.0, step_s, "overhead", 0.0, 0.0, 0.0)
         return StepTiming(sum_timings([t for _, t in priced] + [overhead]), priced)
 

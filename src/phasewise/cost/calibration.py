@@ -47,6 +47,7 @@ class Constants:
     dequant_compute: float
     kernel_overhead_s: float
     step_overhead_s: float
+    parallel_step_overhead_s: float
     link_latency_factor: float
     link_efficiency: float
 

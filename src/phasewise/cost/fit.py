@@ -92,7 +92,7 @@ class _Problem:
         self.context_specs: list[tuple[HardwareSpec, Engine | None]] = []
         columns: dict[str, list[float]] = {f: [] for f in OpFeatures.__slots__}
         op_ctx, op_obs, op_weight = [], [], []
-        step_ctx, step_obs, step_weight = [], [], []
+        step_ctx, step_obs, step_weight, step_parallel = [], [], [], []
         ceiling_obs, ceiling_ctx, ceiling_param, ceiling_scale = [], [], [], []
         touched: dict[int, set[str]] = {}
         for i, obs in enumerate(self.observations):
@@ -113,6 +113,7 @@ class _Problem:
             traits = traits_for(obs.engine or _GENERIC, obs.hardware)
             for weight, ledger in obs.passes:
                 step_ctx.append(ctx), step_obs.append(i), step_weight.append(weight)
+                step_parallel.append(1.0 if ledger.devices > 1 else 0.0)
                 for op in ledger.ops:
                     features = op_features(op, obs.hardware,
                                            math_format_for(op, ledger.math_format), traits)
@@ -124,6 +125,7 @@ class _Problem:
         self.op_weight = np.asarray(op_weight, float)
         self.step_ctx, self.step_obs = np.asarray(step_ctx, int), np.asarray(step_obs, int)
         self.step_weight = np.asarray(step_weight, float)
+        self.step_parallel = np.asarray(step_parallel, float)
         self.ceiling_obs, self.ceiling_ctx = np.asarray(ceiling_obs, int), np.asarray(ceiling_ctx, int)
         self.ceiling_param = np.asarray(ceiling_param, int)
         self.ceiling_scale = np.asarray(ceiling_scale, float)
@@ -180,10 +182,18 @@ class _Problem:
         parts = priced_parts(f, consts, equals=lambda a, b: (a == b).astype(float))
         return parts.time(np.maximum)
 
+    def step_seconds(self, values: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Fixed time of each forward pass: the step overhead, and the parallel step
+        overhead for a pass on more than one device."""
+        ctx = self.step_ctx if rows is None else self.step_ctx[rows]
+        parallel = self.step_parallel if rows is None else self.step_parallel[rows]
+        return (values[ctx, self.params.index("step_overhead_s")]
+                + parallel * values[ctx, self.params.index("parallel_step_overhead_s")])
+
     def predict(self, delta: np.ndarray) -> np.ndarray:
         values = self.constants(delta)
         n = len(self.observations)
-        step_overhead = values[self.step_ctx, self.params.index("step_overhead_s")]
+        step_overhead = self.step_seconds(values)
         times = (np.bincount(self.op_obs, self.op_weight * self.op_seconds(values), n)
                  + np.bincount(self.step_obs, self.step_weight * step_overhead, n))
         rate = values[self.ceiling_ctx, self.ceiling_param] * self.ceiling_scale
@@ -200,7 +210,6 @@ class _Problem:
         base_ops = self.op_seconds(base_values)
         n, n_slots = len(self.observations), len(self.slots)
         jac = np.zeros((n + n_slots, n_slots))
-        step_p = self.params.index("step_overhead_s")
         for j in range(n_slots):
             bumped = delta.copy()
             bumped[j] += FINITE_STEP
@@ -212,8 +221,8 @@ class _Problem:
                 times += np.bincount(self.op_obs[ops], change, n)
             steps = self.slot_steps[j]
             if len(steps):
-                change = self.step_weight[steps] * (values[self.step_ctx[steps], step_p]
-                                                    - base_values[self.step_ctx[steps], step_p])
+                change = self.step_weight[steps] * (self.step_seconds(values, steps)
+                                                    - self.step_seconds(base_values, steps))
                 times += np.bincount(self.step_obs[steps], change, n)
             ceil = self.slot_ceilings[j]
             if len(ceil):
