@@ -87,3 +87,11 @@ def test_estimate_never_imports_torch():
             "print('torch' in sys.modules, 'matplotlib' in sys.modules, file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stderr.strip().endswith("False False")
+
+
+def test_json_records_the_engine_and_matches_its_schema():
+    doc = json.loads(run("estimate", "--engine", "llama.cpp", "--format", "json").stdout)
+    assert doc["inputs"]["engine"] == "llama.cpp" and doc["inputs"]["cost_model"] == "calibrated"
+    schema = json.loads(run("estimate", "--json-schema").stdout)
+    assert set(schema["required"]) <= set(doc)
+    assert set(doc["inputs"]) == set(schema["$defs"]["Inputs"]["properties"])

@@ -72,6 +72,9 @@ def estimate(
                                                help="KV-transfer link latency, µs."),
     mix: Optional[str] = typer.Option(None, "--mix", help="Request mix for disaggregated pools: "
                                       "ISL:OSL:SHARE per class, comma-separated."),
+    json_schema: bool = typer.Option(False, "--json-schema", help="Print the JSON Schema of one "
+                                     "estimate's --format json document and exit (a sweep lists "
+                                     "such documents under 'estimates')."),
 ) -> None:
     """Estimate prefill and decode for one model on one device (comma lists sweep)."""
     from phasewise.cost.registry import DEFAULT_COST_MODEL
@@ -82,6 +85,11 @@ def estimate(
     from phasewise.report.whatif_view import cost_energy_row, cost_energy_table
     from phasewise.specs import Parallelism, Precision, Workload
 
+    if json_schema:
+        from phasewise.estimate import Estimate
+
+        echo(to_json(Estimate.model_json_schema()))
+        return
     check_format(fmt)
     keep = fraction(kv_keep, "--kv-keep")
     precision = Precision(weight_dtype, act_dtype, kv_dtype, 1.0 if keep is None else keep)

@@ -27,6 +27,8 @@ class Inputs(_Frozen):
     ep: int
     cost_model: str
     kv_keep: float = 1.0  # fraction of cached tokens the KV cache keeps
+    engine: str | None = None  # the calibrated model's engine profile; None for speed of light
+    calibration: str | None = None  # a calibration profile file, when not the bundled one
 
 
 class ModelSummary(_Frozen):
