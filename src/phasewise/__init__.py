@@ -1,6 +1,6 @@
 """phasewise: where the time goes in the two phases of LLM inference."""
 
-__version__ = "0.1.0"
+from phasewise.version import __version__
 
 # Bound after the subpackage import, so `phasewise.estimate` is the function.
 from phasewise.estimate.core import estimate  # noqa: E402

@@ -42,7 +42,8 @@ def calibrate(
     """Fit the calibrated cost model to measurements of this machine."""
     from phasewise.local import local_dir
     from phasewise.measure.calibrate import calibration_toml, fit_calibration, hardware_sheet_toml
-    from phasewise.report.output import to_json, write_atomic
+    from phasewise.report.output import to_json
+    from phasewise.files import write_atomic
 
     if fmt not in ("table", "json"):
         raise InputError(f"--format {fmt}: choose table or json.")
@@ -95,7 +96,7 @@ def _profile_now(models: list[str], device: str, dtype: str | None, plan: Any) -
     from rich.console import Console
     from rich.progress import Progress
 
-    from phasewise import __version__
+    from phasewise.version import __version__
     from phasewise.catalog import load_model
     from phasewise.measure.calibrate import spec_to_document
     from phasewise.measure.micro import measure_ceilings, resolve_device

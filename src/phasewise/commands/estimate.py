@@ -126,7 +126,7 @@ def estimate(
 
 
 def _sweep_document(docs: list[dict]) -> dict:
-    from phasewise import __version__
+    from phasewise.version import __version__
     from phasewise.estimate import SCHEMA_VERSION
 
     return {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "estimates": docs}

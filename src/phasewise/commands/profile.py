@@ -96,8 +96,9 @@ def _plan(prompt_lengths: str, batch_size: str, context: str, warmup: int, repea
 
 def _micro(device: str, measure: dict, out: str | None, fmt: str) -> None:
     from phasewise.measure.micro import measure_ceilings
-    from phasewise.measure.render import ceilings_rows, ceilings_table
-    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json, write_atomic
+    from phasewise.report.profile_view import ceilings_rows, ceilings_table
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.files import write_atomic
 
     _status(f"measuring the ceilings of {device}…")
     ceilings = measure_ceilings(device, **measure)
@@ -117,7 +118,7 @@ def _profile_model(device: str, dtype: str, model_ref: str | None, weights: str 
                    ceilings_file: str | None, calibration: str | None, measure: dict,
                    out: str | None, plot: str | None, fmt: str, cuda_graphs: bool, seed: int,
                    plan: Any) -> None:
-    from phasewise import __version__
+    from phasewise.version import __version__
     from phasewise.measure.calibrate import spec_to_document
     from phasewise.measure.loading import resolve_spec
     from phasewise.measure.micro import measure_ceilings
@@ -151,7 +152,8 @@ def _measure_all(reference: Any, spec: Any, ceilings: Any, plan: Any, document: 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from phasewise.measure.profile import profile_points
-    from phasewise.report.output import to_json, write_atomic
+    from phasewise.report.output import to_json
+    from phasewise.files import write_atomic
 
     points = []
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(
@@ -172,7 +174,7 @@ def _measure_all(reference: Any, spec: Any, ceilings: Any, plan: Any, document: 
 
 
 def _render(document: Any, fmt: str, plot: str | None) -> None:
-    from phasewise.measure.render import ceilings_table, point_row, points_table, roofline_figure
+    from phasewise.report.profile_view import ceilings_table, point_row, points_table, roofline_figure
     from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
 
     if plot:

@@ -247,7 +247,8 @@ def _run(server: Any, requests: Any, closed: Any, workload: dict, slo: Any, buck
 
 def _render(results: list[tuple], fmt: str, slo: Any, requests_out: str | None,
             trace_out: str | None, plot: str | None) -> None:
-    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json, write_atomic
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.files import write_atomic
     from phasewise.report.serving_view import summary_table, sweep_row, sweep_table
 
     summaries = [s for _, _, s in results]
@@ -320,7 +321,7 @@ def _load_label(s: Any) -> str:
 
 
 def _sweep_document(docs: list[dict], summaries: list[Any], slo: Any) -> dict:
-    from phasewise import __version__
+    from phasewise.version import __version__
     from phasewise.serving.types import SCHEMA_VERSION
 
     document = {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "runs": docs}

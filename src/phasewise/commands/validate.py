@@ -34,7 +34,7 @@ def validate(
 ) -> None:
     """Accuracy per source and phase, calibrated model and speed of light side by side."""
     from phasewise.validate.measurements import load_bundled, load_measurements
-    from phasewise.validate.report import run_validation
+    from phasewise.validate.outcome import run_validation
 
     check_format(fmt)
     if sum(map(bool, (holdout_source, leave_one_source_out, refit, calibration))) > 1:
@@ -48,7 +48,7 @@ def validate(
                              calibration=calibration, write_calibration=write_calibration)
     _render(outcome, fmt, rows)
     if plot is not None:
-        from phasewise.validate.plot import scatter
+        from phasewise.report.validate_plot import scatter
 
         png, html = scatter(outcome.predictions, plot / "validate",
                             title=f"phasewise validate ({outcome.mode})")

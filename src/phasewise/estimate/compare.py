@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.catalog import hardware_names, load_hardware
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError

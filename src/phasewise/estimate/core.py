@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost import CostModel, SpeedOfLight, StepTiming
 from phasewise.cost.calibrated import engine_steps, merge_step_timings

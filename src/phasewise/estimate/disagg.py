@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.catalog import load_link
 from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL

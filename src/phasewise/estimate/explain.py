@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.estimate.core import estimate
 from phasewise.estimate.pricing import Cost, average_decode_context, resolve

@@ -9,7 +9,7 @@ bytes saved: that is where TP stops paying.
 
 from __future__ import annotations
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.cost import link_for
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError

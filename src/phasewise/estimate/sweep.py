@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.estimate.core import estimate
 from phasewise.estimate.explain import decode_compute_bound_batch

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.catalog import load_hardware
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError, nearest_hint

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.estimate.types import SCHEMA_VERSION, Inputs
 
 

@@ -182,7 +182,7 @@ def library_versions(device: str) -> dict[str, str]:
     import numpy
     import torch
 
-    from phasewise import __version__
+    from phasewise.version import __version__
 
     versions = {"phasewise": __version__, "python": sys.version.split()[0],
                 "torch": torch.__version__, "numpy": numpy.__version__,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from phasewise.errors import InputError
-from phasewise.report.output import write_atomic
+from phasewise.files import write_atomic
 
 
 def pyplot() -> Any:

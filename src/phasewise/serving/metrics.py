@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.serving.replica import Replica
 from phasewise.serving.simulator import Simulation
 from phasewise.serving.types import LatencyStats, PoolInputs, SimInputs, SimSummary, SloReport

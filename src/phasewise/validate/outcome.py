@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from phasewise import __version__
+from phasewise.version import __version__
 from phasewise.cost.calibration import load_profile, profile_to_toml
-from phasewise.report.output import write_atomic
+from phasewise.files import write_atomic
 from phasewise.validate.measurements import MeasurementFile, Problem
 from phasewise.validate.run import Prediction, dataset, fit, holdout, in_sample
 from phasewise.validate.run import leave_one_source_out as every_source_held_out
