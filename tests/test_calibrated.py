@@ -4,7 +4,6 @@ import dataclasses
 import math
 import tomllib
 
-import numpy as np
 import pytest
 
 from phasewise import estimate

@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from phasewise.catalog import load_hardware, load_model
 from phasewise.estimate.explain import (attention_overtakes_gemms_at, decode_compute_bound_batch,

@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from phasewise.catalog import load_model
 from phasewise.errors import InputError
 from phasewise.estimate.sweep import batch_sweep, default_batches
 from phasewise.estimate.whatif import parse_variant, relative_change, what_if

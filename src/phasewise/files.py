@@ -1,10 +1,14 @@
-"""Files written whole or not at all."""
+"""Reading data files with one-line errors; writing files whole or not at all."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import tomllib
 from pathlib import Path
+from typing import Any
+
+from phasewise.errors import InputError
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -22,3 +26,13 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def read_toml(path: Path, *, what: str = "file") -> dict[str, Any]:
+    """A TOML document, or an InputError naming the file and what is wrong with it."""
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{path}: not valid TOML ({err}); fix the {what}.") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the {what} ({err.strerror}).") from None

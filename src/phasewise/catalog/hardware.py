@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from phasewise.catalog._names import normalise
 from phasewise.errors import InputError, nearest_hint
+from phasewise.files import read_toml
 from phasewise.local import LOCAL_DEVICE_NAME, local_hardware_path
 from phasewise.specs import HardwareSpec, Link
 
@@ -25,15 +25,6 @@ def hardware_names() -> list[str]:
 
 def link_names() -> list[str]:
     return sorted(p.stem for p in LINKS_DIR.glob("*.toml"))
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"{path}: not valid TOML ({err}); fix the file.") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read it ({err.strerror}).") from None
 
 
 def _need(table: dict[str, Any], key: str, where: str, origin: str, hint: str) -> Any:

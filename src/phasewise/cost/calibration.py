@@ -11,7 +11,6 @@ What an engine does that the ledger cannot see is not fitted: ``cost.engines`` r
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from phasewise.cost.engines import (GENERIC_ENGINE, Engine, Traits, configure, engine_names,
                                     engines, resolve_engine, traits_for)
 from phasewise.errors import InputError, nearest_hint
+from phasewise.files import read_toml
 from phasewise.specs import HardwareSpec
 
 __all__ = ["Constants", "Engine", "GENERIC_ENGINE", "ParameterDef", "Profile", "Traits",
@@ -82,18 +82,9 @@ class Profile:
                                       for k, v in sorted(self.values.items()))))
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"{path}: not valid TOML ({err}); fix the calibration file.") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read the calibration file ({err.strerror}).") from None
-
-
 @lru_cache(maxsize=1)
 def parameter_defs() -> dict[str, ParameterDef]:
-    doc = _read(PARAMETERS_PATH)
+    doc = read_toml(PARAMETERS_PATH, what="calibration file")
     return {name: ParameterDef(name, str(d["level"]), float(d["prior"]), float(d["spread"]),
                                bool(d.get("by_class", False)), bool(d.get("global_only", False)),
                                float(d.get("upper", 0.0)), str(d.get("unit", "")),
@@ -171,7 +162,7 @@ def load_profile(path: str | None = None) -> Profile:
         raise InputError(f"calibration file {path} does not exist; check the path.")
     if not where.is_file():
         return prior_profile()
-    return profile_from_document(_read(where), str(where))
+    return profile_from_document(read_toml(where, what="calibration file"), str(where))
 
 
 def profile_to_toml(profile: Profile) -> str:

@@ -12,7 +12,6 @@ speeds are (``calibration``), and every variant of an engine shares them.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from datetime import date
 from functools import lru_cache
@@ -21,6 +20,7 @@ from typing import Any
 
 from phasewise.catalog._names import normalise
 from phasewise.errors import InputError, nearest_hint
+from phasewise.files import read_toml
 from phasewise.specs import HardwareSpec
 
 CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "catalog" / "calibration"
@@ -140,18 +140,10 @@ class Engine:
                        base=base)
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"{path}: not valid TOML ({err}); fix the file.") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read it ({err.strerror}).") from None
-
-
 @lru_cache(maxsize=1)
 def engines() -> dict[str, Engine]:
-    return {name: _engine(name, d) for name, d in _read(ENGINES_PATH).items()}
+    document = read_toml(ENGINES_PATH, what="engine file")
+    return {name: _engine(name, d) for name, d in document.items()}
 
 
 def _engine(name: str, table: dict[str, Any]) -> Engine:
@@ -234,7 +226,7 @@ def software_build(text: str) -> int | None:
 
 @lru_cache(maxsize=1)
 def _device_facts() -> dict[str, Any]:
-    return _read(DEVICES_PATH)
+    return read_toml(DEVICES_PATH, what="device traits file")
 
 
 def backend_of(hardware: HardwareSpec) -> str:

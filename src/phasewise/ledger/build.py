@@ -224,7 +224,7 @@ def _mla_projections(model: ModelSpec, step: Step, shard: _Shard, layers: str,
 
 
 def _mlp_block(model: ModelSpec, group: LayerGroup, shard: _Shard, par: Parallelism) -> list[Op]:
-    layers, calls, h = f"{group.label} ×{group.count}", group.count, model.hidden_size
+    layers, calls = f"{group.label} ×{group.count}", group.count
     ops = [_norm("mlp.norm", layers, calls, model, shard)]
     if group.mlp == "moe":
         ops += _moe(model, shard, par, layers, calls)

@@ -14,8 +14,6 @@ any model on this machine.
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 from typing import Any, Sequence
 
 from phasewise.errors import InputError
