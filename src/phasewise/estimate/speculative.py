@@ -67,7 +67,7 @@ def head_draft(target: ModelSpec, layers_fraction: float) -> ModelSpec:
         moe_layers=target.moe_layers[:layers])
 
 
-def _draft_parallelism(draft: ModelSpec, par: Parallelism, head: bool) -> Parallelism:
+def draft_parallelism(draft: ModelSpec, par: Parallelism, head: bool) -> Parallelism:
     """A head runs inside the target's last stage; a draft model shares the target's tensor
     split when its heads allow, and otherwise runs whole on every device."""
     if head:
@@ -77,7 +77,7 @@ def _draft_parallelism(draft: ModelSpec, par: Parallelism, head: bool) -> Parall
     return Parallelism(tp=par.tp) if heads_split else Parallelism()
 
 
-def _draft_weight_bytes(draft: ModelSpec, precision: Precision, par: Parallelism,
+def draft_weight_bytes(draft: ModelSpec, precision: Precision, par: Parallelism,
                         head: bool) -> float:
     weights = weight_bytes_per_device(draft, precision, par)
     if head:  # the embedding and LM head are the target's own, already in memory
@@ -101,8 +101,8 @@ def speculative(model: ModelSpec | str, hardware: HardwareSpec | str, workload: 
                          "--draft-head FRACTION.")
     head = draft is None
     drafter = head_draft(target, draft_head_fraction) if head else resolve(draft, device, cost_model)[0]
-    warnings = _check_draft(target, drafter, head)
-    draft_par = _draft_parallelism(drafter, parallelism, head)
+    warnings = check_draft(target, drafter, head)
+    draft_par = draft_parallelism(drafter, parallelism, head)
     expected = expected_tokens_per_round(spec_accept, spec_tokens)
     fits_without, fits_with_draft, draft_weights, draft_kv = _memory(
         target, drafter, device, workload, precision, parallelism, draft_par, head)
@@ -146,7 +146,7 @@ def _round(target: ModelSpec, drafter: ModelSpec, device: HardwareSpec, cost_mod
             average(target, par, gamma + 1), bound)
 
 
-def _check_draft(target: ModelSpec, drafter: ModelSpec, head: bool) -> list[str]:
+def check_draft(target: ModelSpec, drafter: ModelSpec, head: bool) -> list[str]:
     if head:
         return []
     target_params, draft_params = param_counts(target).total, param_counts(drafter).total
@@ -168,7 +168,7 @@ def _memory(target: ModelSpec, drafter: ModelSpec, device: HardwareSpec, workloa
     context = workload.max_context
     weights = weight_bytes_per_device(target, precision, par)
     kv = kv_cache_bytes_per_device(target, precision, par, sequences=1, context_tokens=context)
-    draft_weights = _draft_weight_bytes(drafter, precision, draft_par, head)
+    draft_weights = draft_weight_bytes(drafter, precision, draft_par, head)
     draft_kv = kv_cache_bytes_per_device(drafter, precision, draft_par, sequences=1,
                                          context_tokens=context)
     activations = activation_bytes_per_device(

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from phasewise.catalog import load_model
-from phasewise.estimate.speculative import (_check_draft, _draft_parallelism,
-                                            _draft_weight_bytes, check_speculation,
+from phasewise.estimate.speculative import (check_draft, draft_parallelism,
+                                            draft_weight_bytes, check_speculation,
                                             expected_tokens_per_round, head_draft)
 from phasewise.ledger import kv_cache_bytes_per_device
 from phasewise.serving.kv_cache import blocks_for
@@ -59,20 +59,20 @@ class Speculation:
             model = head_draft(target, self.draft_head_fraction)
         else:
             model = load_model(self.draft) if isinstance(self.draft, str) else self.draft
-        return model, _draft_parallelism(model, parallelism, head), head
+        return model, draft_parallelism(model, parallelism, head), head
 
     def warnings(self, target: ModelSpec, parallelism: Parallelism) -> list[str]:
         """What is wrong with the draft: an error if it is not smaller than the target, a
         warning if its vocabulary differs (the estimate's checks)."""
         model, _, head = self.drafter(target, parallelism)
-        return _check_draft(target, model, head)
+        return check_draft(target, model, head)
 
     def memory(self, target: ModelSpec, precision: Precision,
                parallelism: Parallelism) -> tuple[float, float]:
         """Per device: the draft's weights (a head shares the target's embedding and LM
         head) and its KV bytes per token, held beside the target's."""
         model, par, head = self.drafter(target, parallelism)
-        return (_draft_weight_bytes(model, precision, par, head),
+        return (draft_weight_bytes(model, precision, par, head),
                 kv_cache_bytes_per_device(model, precision, par, sequences=1, context_tokens=1))
 
 
