@@ -64,3 +64,55 @@ def console() -> Any:
     from rich.console import Console
 
     return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+
+
+# Options several verbs share, declared once so their names, defaults and help agree.
+def weight_dtype_option() -> Any:
+    return typer.Option("bf16", "--weight-dtype",
+                        help="Weight format: bf16, fp16, fp8, int8, int4, fp4 or a GGUF type "
+                             "(Q4_K_M…).")
+
+
+def act_dtype_option() -> Any:
+    return typer.Option("bf16", "--act-dtype", help="Activation format.")
+
+
+def kv_dtype_option() -> Any:
+    return typer.Option("bf16", "--kv-dtype", help="KV-cache format.")
+
+
+def kv_keep_option() -> Any:
+    return typer.Option(None, "--kv-keep", help="Fraction of cached tokens the KV cache keeps "
+                                                "(eviction/compression), in (0, 1].")
+
+
+def isl_option() -> Any:
+    return typer.Option("2048", "--isl", help="Input (prompt) tokens per request.")
+
+
+def osl_option() -> Any:
+    return typer.Option("256", "--osl", help="Output tokens per request.")
+
+
+def batch_size_option() -> Any:
+    return typer.Option("1", "--batch-size", "-b", help="Requests in the batch.")
+
+
+def pp_option() -> Any:
+    return typer.Option(1, "--pp", help="Pipeline-parallel degree.")
+
+
+def ep_option() -> Any:
+    return typer.Option(1, "--ep", help="Expert-parallel degree (MoE).")
+
+
+def engine_option() -> Any:
+    return typer.Option(None, "--engine", help="Inference engine whose fitted constants the "
+                                               "calibrated model uses: llama.cpp, vllm, sglang, "
+                                               "trtllm or generic (default).")
+
+
+def calibration_option() -> Any:
+    return typer.Option(None, "--calibration", help="Calibration profile (TOML, as `phasewise "
+                                                    "validate --write-calibration` or `phasewise "
+                                                    "calibrate` writes) instead of the bundled one.")

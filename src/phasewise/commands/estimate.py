@@ -7,7 +7,10 @@ from typing import Optional
 
 import typer
 
-from phasewise.commands._app import app, check_format, console, echo, ints, split_list
+from phasewise.commands._app import (act_dtype_option, app, batch_size_option, calibration_option,
+                                     check_format, console, echo, engine_option, ep_option, ints,
+                                     isl_option, kv_dtype_option, kv_keep_option, osl_option,
+                                     pp_option, split_list, weight_dtype_option)
 from phasewise.commands._whatif import WhatIfFlags, fraction, priced_device, render_whatifs
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -21,28 +24,22 @@ def estimate(
                                    "Face repo id in the local cache. Comma list sweeps."),
     hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H",
                                  help="Catalog device or path to a TOML sheet. Comma list sweeps."),
-    isl: str = typer.Option("2048", "--isl", help="Input (prompt) tokens per request."),
-    osl: str = typer.Option("256", "--osl", help="Output tokens per request."),
-    batch_size: str = typer.Option("1", "--batch-size", "-b", help="Requests in the batch."),
-    weight_dtype: str = typer.Option("bf16", "--weight-dtype",
-                                     help="bf16, fp16, fp8, int8, int4, fp4 or a GGUF type (Q4_K_M…)."),
-    act_dtype: str = typer.Option("bf16", "--act-dtype", help="Activation format."),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache format."),
+    isl: str = isl_option(),
+    osl: str = osl_option(),
+    batch_size: str = batch_size_option(),
+    weight_dtype: str = weight_dtype_option(),
+    act_dtype: str = act_dtype_option(),
+    kv_dtype: str = kv_dtype_option(),
     tp: str = typer.Option("1", "--tp", help="Tensor-parallel degree."),
-    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
+    pp: int = pp_option(),
+    ep: int = ep_option(),
     cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the headline numbers "
                                        "(the speed-of-light floor is always shown)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="Inference engine whose fitted "
-                                         "constants the calibrated model uses: llama.cpp, vllm, "
-                                         "sglang, trtllm or generic (default)."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration profile "
-                                              "(TOML, as `phasewise validate --write-calibration` "
-                                              "writes) instead of the bundled one."),
+    engine: Optional[str] = engine_option(),
+    calibration: Optional[str] = calibration_option(),
     detail: bool = typer.Option(False, "--detail", help="Print the per-operator ledger."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
-    kv_keep: Optional[str] = typer.Option(None, "--kv-keep", help="Fraction of cached tokens the "
-                                          "KV cache keeps (eviction/compression), in (0, 1]."),
+    kv_keep: Optional[str] = kv_keep_option(),
     price: Optional[str] = typer.Option(None, "--price", help="US$ per device-hour: one number, "
                                         "or DEVICE=PRICE pairs (default: catalog price)."),
     what_if: Optional[list[str]] = typer.Option(None, "--what-if", help="A variant to set beside "

@@ -7,7 +7,10 @@ from typing import Optional
 
 import typer
 
-from phasewise.commands._app import app, check_format, console, echo, ints
+from phasewise.commands._app import (act_dtype_option, app, batch_size_option, calibration_option,
+                                     check_format, console, echo, engine_option, ep_option, ints,
+                                     isl_option, kv_dtype_option, kv_keep_option, osl_option,
+                                     pp_option, weight_dtype_option)
 from phasewise.commands._whatif import fraction, one
 from phasewise.commands.estimate import DEFAULT_HARDWARE, DEFAULT_MODEL
 
@@ -18,23 +21,19 @@ def explain(
                               help="Catalog name, config.json path, or HF repo id in the cache."),
     hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H",
                                  help="Catalog device or TOML sheet."),
-    isl: str = typer.Option("2048", "--isl", help="Input (prompt) tokens per request."),
-    osl: str = typer.Option("256", "--osl", help="Output tokens per request."),
-    batch_size: str = typer.Option("1", "--batch-size", "-b", help="Requests in the batch."),
-    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="Weight format."),
-    act_dtype: str = typer.Option("bf16", "--act-dtype", help="Activation format."),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache format."),
-    kv_keep: Optional[str] = typer.Option(None, "--kv-keep",
-                                          help="Fraction of cached tokens the KV cache keeps."),
+    isl: str = isl_option(),
+    osl: str = osl_option(),
+    batch_size: str = batch_size_option(),
+    weight_dtype: str = weight_dtype_option(),
+    act_dtype: str = act_dtype_option(),
+    kv_dtype: str = kv_dtype_option(),
+    kv_keep: Optional[str] = kv_keep_option(),
     tp: str = typer.Option("1", "--tp", help="Tensor-parallel degree."),
-    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE)."),
+    pp: int = pp_option(),
+    ep: int = ep_option(),
     cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the expected times."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="Engine whose fitted constants "
-                                         "the calibrated model uses (llama.cpp, vllm, …)."),
-    calibration: Optional[str] = typer.Option(None, "--calibration",
-                                              help="Calibration profile (TOML) for the calibrated "
-                                                   "model."),
+    engine: Optional[str] = engine_option(),
+    calibration: Optional[str] = calibration_option(),
     batch_sweep: bool = typer.Option(False, "--batch-sweep",
                                      help="Add a batch sweep: decode intensity against the ridge, "
                                           "tokens/s per device and per user, memory cap."),

@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 import typer
 
-from phasewise.commands._app import app, check_format, console, echo, ints, split_list
+from phasewise.commands._app import (act_dtype_option, app, check_format, console, echo, ints,
+                                     kv_dtype_option, split_list, weight_dtype_option)
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -30,9 +31,9 @@ def simulate(
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree inside a replica."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree inside a replica (MoE)."),
     replicas: int = typer.Option(1, "--replicas", help="Replicas behind the load balancer."),
-    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="Weight format."),
-    act_dtype: str = typer.Option("bf16", "--act-dtype", help="Activation format."),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV-cache format."),
+    weight_dtype: str = weight_dtype_option(),
+    act_dtype: str = act_dtype_option(),
+    kv_dtype: str = kv_dtype_option(),
     cost: Optional[str] = typer.Option(None, "--cost", help="Cost model pricing each step."),
     scheduler: str = typer.Option("continuous", "--scheduler", help="static, continuous, "
                                   "chunked or disaggregated; a comma list sweeps."),
