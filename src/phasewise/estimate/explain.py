@@ -16,7 +16,7 @@ from phasewise.estimate.core import estimate
 from phasewise.estimate.pricing import Cost, average_decode_context, resolve
 from phasewise.estimate.types import Estimate, PhaseReport
 from phasewise.estimate.whatif_types import Explanation, PhaseExplanation
-from phasewise.ledger import Step, build_ledger, kv_bytes_per_token_layer
+from phasewise.ledger import Step, build_ledger
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
 
 # Search bounds: 2^24 sequences or prompt tokens is past any real batch or context window,
@@ -129,8 +129,7 @@ def _prefill_words(est: Estimate, overtake: int | None) -> PhaseExplanation:
 def _decode_words(est: Estimate, model: ModelSpec, precision: Precision, par: Parallelism,
                   crossover: int | None, limit: float) -> PhaseExplanation:
     i, hw = est.inputs, est.hardware
-    kv_token = (precision.kv_keep * model.num_layers
-                * kv_bytes_per_token_layer(model, precision.kv_bytes))
+    kv_token = precision.kv_keep * est.model.kv_bytes_per_token
     window = " (sliding-window layers stop at their window)" if model.is_sliding_any else ""
     turn = (f"until batch {crossover:,}, where it turns compute-bound" if crossover else
             f"and never turns compute-bound at this context: KV reads grow with the batch too, "
