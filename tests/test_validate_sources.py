@@ -15,7 +15,8 @@ from phasewise.validate.measurements import MEASUREMENTS_DIR, load_measurements
 from phasewise.validate.scenario import (MappingError, precision_for, resolve_device,
                                          resolve_model, scenario_for)
 
-NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv")
+NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv",
+             "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv")
 
 
 def bundled_row(file: str, record_id: str):
@@ -123,6 +124,69 @@ def test_a_static_batch_latency_row_is_the_whole_batch_on_eight_devices():
         "fp8", "fp8", "fp16")
     assert s.measured_s == pytest.approx(125.471)
 
+
+
+def test_a_layer_split_llama_bench_row_is_one_sequence_through_eight_devices():
+    # AMD blog 'Accelerating llama.cpp on AMD Instinct MI300X': 8x MI300X, default split
+    # mode (layer), llama 70B Q4_K - Medium, 70.55 B, -fa 1, tg128 = 36.51 t/s.
+    s = scenario_for(bundled_row("amd_rocm_llamacpp_mi300x.csv", "AMDL-0025"))
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "decode", "mi300x", "llama-3-70b", "Q4_K_M")
+    assert (s.parallelism.tp, s.parallelism.pp, s.devices, s.engine.name) == (1, 8, 8, "llama.cpp")
+    assert (s.workload.osl, s.workload.batch_size) == (128, 1)
+    assert s.measured_s == pytest.approx(1 / 36.51)
+
+
+def test_a_deepseek_llama_bench_label_is_deepseek_v3():
+    # Same blog: deepseek2 671B Q4_K - Medium, 671.03 B, pp512 = 514.07 t/s.
+    s = scenario_for(bundled_row("amd_rocm_llamacpp_mi300x.csv", "AMDL-0007"))
+    assert (s.kind, s.model.name, s.workload.isl, s.parallelism.pp) == (
+        "prefill", "deepseek-v3", 512, 8)
+    assert s.measured_s == pytest.approx(512 / 514.07)
+
+
+def test_a_vllm_ci_latency_row_is_a_static_batch_of_eight():
+    # buildkite vllm/performance-benchmark #9523: latency_llama70B_tp4 on A100-SXM4-80GB,
+    # batch 8, 32 input and 128 output tokens, mean latency 3990.59 ms; bfloat16 weights.
+    s = scenario_for(bundled_row("vllm_ci_latency.csv", "VLCI-0001"))
+    assert (s.kind, s.hardware.name, s.model.name, s.engine.name) == (
+        "end_to_end", "a100-80gb-sxm", "llama-3-70b", "vllm")
+    assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (32, 128, 8)
+    assert (s.parallelism.tp, s.devices) == (4, 4)
+    assert (s.precision.weights, s.precision.activations, s.precision.kv_cache) == (
+        "bf16", "bf16", "bf16")
+    assert s.measured_s == pytest.approx(3.99059)
+
+
+def test_a_llama_bench_generation_after_a_cache_starts_at_its_depth():
+    # ggml-org/llama.cpp benches/dgx-spark.md: GB10, qwen2 7B Q8_0, 7.62 B,
+    # tg32 @ d16384 = 25.93 t/s.
+    s = scenario_for(bundled_row("llamacpp_dgx_spark.csv", "SPRK-0026"))
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "decode", "dgx-spark", "qwen2.5-7b", "Q8_0")
+    assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (16384, 32, 1)
+    assert s.measured_s == pytest.approx(1 / 25.93)
+
+
+def test_a_batched_bench_generation_row_is_one_step_of_the_whole_batch():
+    # Same page, llama-batched-bench: qwen3moe 30B.A3B Q8_0, PP 4096, TG 32, B 16:
+    # S_TG = B*TG/T_TG = 162.55 t/s, so one decode step of 16 sequences takes 16/162.55 s.
+    s = scenario_for(bundled_row("llamacpp_dgx_spark.csv", "SPRK-0017"))
+    assert (s.kind, s.model.name, s.engine.name) == ("decode", "qwen3-30b-a3b", "llama.cpp")
+    assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (4096, 32, 16)
+    assert s.measured_s == pytest.approx(16 / 162.55)
+
+
+def test_mxfp4_moe_files_are_kept_but_excluded():
+    rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_dgx_spark.csv").rows
+    assert {r.model for r in rows if r.exclude} == {"gpt-oss 20B", "gpt-oss 120B"}
+    assert all(r.weight_dtype == "MXFP4 MoE" for r in rows if r.exclude)
+
+def test_ci_rows_whose_gpu_variant_is_unknown_are_excluded():
+    rows = load_measurements(MEASUREMENTS_DIR / "vllm_ci_latency.csv").rows
+    excluded = {r.hardware for r in rows if r.exclude}
+    kept = {r.hardware for r in rows if not r.exclude}
+    assert excluded == {"H100", "H200"} and kept == {"A100-SXM4-80GB"}
 
 @pytest.mark.parametrize("file", NEW_FILES)
 def test_every_row_maps_or_says_why_it_is_excluded(file):
