@@ -358,3 +358,18 @@ def test_calibrated_is_never_faster_than_the_speed_of_light():
                            cost="calibrated")
             assert est.prefill.time_s >= est.prefill.sol_time_s
             assert est.decode.time_s >= est.decode.sol_time_s
+
+
+def test_a_stated_micro_batch_replaces_llama_cpp_default():
+    # llama-bench's -ub / llama-batched-bench's n_ubatch set the prompt micro-batch; the
+    # engine's default (512, llama.cpp PR #6017) holds otherwise, and engines that run a
+    # prompt whole are not split by it.
+    from phasewise.cost.engines import configure, resolve_engine
+
+    llama = resolve_engine("llama.cpp")
+    assert llama.prefill_ubatch_tokens == 512
+    assert configure(llama, "llama-bench build 2f68ce7cf, -ub 2048").prefill_ubatch_tokens == 2048
+    assert configure(llama, "n_batch 2048, n_ubatch 1024").prefill_ubatch_tokens == 1024
+    assert configure(resolve_engine("vllm"), "-ub 2048").prefill_ubatch_tokens == 0
+    stated = configure(llama, "llama-bench, -fa 1, -ub 2048")
+    assert stated.name == "llama.cpp+flash-attn+ub2048" and resolve_engine(stated.name) == stated

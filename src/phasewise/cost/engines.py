@@ -41,6 +41,10 @@ _MONTHS = {m: i for i, m in enumerate(("january", "february", "march", "april", 
                                        "december"), start=1)}
 _ISO_DATE = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
 _MONTH_YEAR = re.compile(r"\b(" + "|".join(_MONTHS) + r")\s+(20\d\d)\b", re.I)
+# llama.cpp's micro-batch size as its tools print or take it: "-ub 2048", "n_ubatch 2048",
+# "--ubatch-size 2048", "n_ubatch = 2048".
+_UBATCH_VARIANT = re.compile(r"ub\d+")  # '--engine llama.cpp+ub2048'
+_UBATCH = re.compile(r"(?:-ub|--ubatch-size|n_ubatch)\s*=?\s*(\d+)")
 _BUILD = re.compile(r"\bbuild\s+(?:[0-9a-f]{6,}\s+)?\(?b?(\d{3,6})\)?", re.I)
 
 
@@ -194,9 +198,14 @@ def resolve_engine(name: str | None) -> Engine:
         return table[GENERIC_ENGINE]
     base, *variants = (part.strip() for part in name.split(VARIANT_SEPARATOR))
     key = normalise(base)
+    micro_batches = [v for v in variants if _UBATCH_VARIANT.fullmatch(v)]
+    variants = [v for v in variants if v not in micro_batches]
     for engine in table.values():
         if key in {normalise(engine.name), *map(normalise, engine.aliases)}:
-            return engine.with_variants(tuple(variants)) if variants else engine
+            chosen = engine.with_variants(tuple(variants)) if variants else engine
+            for part in micro_batches:
+                chosen = with_ubatch(chosen, int(part[2:]))
+            return chosen
     raise InputError(f"unknown engine '{name}'.{nearest_hint(base, engine_names())} "
                      f"Choose one of {', '.join(engine_names())}.")
 
@@ -205,7 +214,26 @@ def configure(engine: Engine, software: str) -> Engine:
     """``engine`` with the variants a description of its software selects ('llama.cpp
     llama-bench build 6db2b41a (1988), CUDA backend' -> llama.cpp+cublas-fp16)."""
     chosen = tuple(v.name for v in engine.variants if v.selected_by(software))
-    return engine.with_variants(chosen) if chosen else engine
+    configured = engine.with_variants(chosen) if chosen else engine
+    ubatch = software_ubatch(software)
+    return with_ubatch(configured, ubatch) if ubatch else configured
+
+
+def with_ubatch(engine: Engine, tokens: int) -> Engine:
+    """``engine`` running prompts in micro-batches of ``tokens`` instead of its default
+    (named '+ub2048', so the name resolves back to it); engines that run a prompt whole
+    are left as they are."""
+    if not engine.prefill_ubatch_tokens or tokens < 1:
+        return engine
+    return replace(engine, name=f"{engine.name}{VARIANT_SEPARATOR}ub{tokens}",
+                   traits=tuple({**dict(engine.traits), "prefill_ubatch_tokens": tokens}.items()),
+                   base=engine.fitted_name)
+
+
+def software_ubatch(text: str) -> int | None:
+    """The prompt micro-batch a description states ('-ub 2048', 'n_ubatch 2048'), or None."""
+    match = _UBATCH.search(text)
+    return int(match[1]) if match else None
 
 
 def software_date(text: str) -> date | None:
