@@ -52,7 +52,8 @@ def test_a_calibration_on_one_model_predicts_another_within_fifteen_percent(ceil
                                                                            calibration_profile):
     result, hardware = fit_calibration([calibration_profile])
     calibrated = calibrated_model(result, hardware)
-    plan = ProfilePlan(prompt_lengths=(256,), batch_sizes=(1,), contexts=(256,), repeats=9)  # a median of 9 rides out a busy neighbour
+    # a median of 9 repeats rides out a busy neighbour on a shared machine
+    plan = ProfilePlan(prompt_lengths=(256,), batch_sizes=(1,), contexts=(256,), repeats=9)
     measured = profile_of(HELD_OUT, plan, ceilings)
     for point in measured.points:
         step = (Step.prefill(point.new_tokens) if point.phase == "prefill"
