@@ -125,7 +125,6 @@ def test_a_static_batch_latency_row_is_the_whole_batch_on_eight_devices():
     assert s.measured_s == pytest.approx(125.471)
 
 
-
 def test_a_layer_split_llama_bench_row_is_one_sequence_through_eight_devices():
     # AMD blog 'Accelerating llama.cpp on AMD Instinct MI300X': 8x MI300X, default split
     # mode (layer), llama 70B Q4_K - Medium, 70.55 B, -fa 1, tg128 = 36.51 t/s.
