@@ -11,7 +11,7 @@ from phasewise.catalog import load_hardware, load_model
 from phasewise.cost.calibrated import (Calibrated, op_features, priced_parts, split_prefill)
 from phasewise.cost.calibration import (Constants, Profile, configure, constants_for,
                                         load_profile, parameter_defs, profile_from_document,
-                                        profile_to_toml, resolve_engine)
+                                        profile_to_toml, resolve_engine, traits_for)
 from phasewise.cost.fit import Observation, fit_profile
 from phasewise.cost.registry import cost_model_for
 from phasewise.errors import InputError
@@ -19,7 +19,8 @@ from phasewise.ledger import Op, Step, build_ledger
 from phasewise.specs import Parallelism, Precision, Workload
 
 ROUND = dict(gemm_fraction=0.8, bandwidth_fraction=0.9, bytes_half=1e5, gemm_efficiency=0.5,
-             gemm_intensity_half=0.25, attention_efficiency=0.4, bandwidth_efficiency=0.5,
+             gemm_intensity_half=0.25, attention_efficiency=0.4, attention_bandwidth=1.0,
+             bandwidth_efficiency=0.5,
              dequant_bandwidth=0.8, dequant_compute=0.5, kernel_overhead_s=1e-5,
              step_overhead_s=1e-4, parallel_step_overhead_s=5e-4, link_latency_factor=2.0,
              link_efficiency=0.5)
@@ -130,15 +131,19 @@ def test_llama_cpp_cuda_prefill_dequantized_weights_to_fp16_before_mid_2024():
 
 def test_a_description_of_the_software_selects_the_engine_variant():
     llama = resolve_engine("llama.cpp")
-    cases = {"llama.cpp (May 2024) llama-bench, CUDA": "llama.cpp+cublas-fp16",
-             "llama.cpp llama-bench build 6db2b41a (1988), CUDA backend": "llama.cpp+cublas-fp16",
-             "llama.cpp llama-bench build 233d773d0 (6413), CUDA backend, -fa 1":
+    cases = {("llama.cpp (May 2024) llama-bench, CUDA", "cuda"): "llama.cpp+cublas-fp16",
+             ("llama.cpp llama-bench build 6db2b41a (1988), CUDA backend", "cuda"):
+                 "llama.cpp+cublas-fp16",
+             ("llama.cpp llama-bench build 233d773d0 (6413), CUDA backend, -fa 1", "cuda"):
                  "llama.cpp+flash-attn",
-             "llama.cpp llama-server, CUDA backend (-fa 1 -np 32)": "llama.cpp+flash-attn",
-             "llama.cpp llama-bench (master, 2023-09-09), Metal backend": "llama.cpp+cublas-fp16",
-             "llama.cpp llama-bench build d5cb8684 (3891), ROCm/HIP backend": "llama.cpp"}
-    for text, name in cases.items():
-        assert configure(llama, text).name == name, text
+             ("llama.cpp llama-server, CUDA backend (-fa 1 -np 32)", "cuda"):
+                 "llama.cpp+flash-attn",
+             ("llama.cpp llama-bench (master, 2023-09-09), Metal backend", "metal"):
+                 "llama.cpp+metal-mm-small-batch",
+             ("llama.cpp llama-bench build d5cb8684 (3891), ROCm/HIP backend", "hip"):
+                 "llama.cpp"}
+    for (text, backend), name in cases.items():
+        assert configure(llama, text, backend).name == name, text
     chosen = resolve_engine("llama.cpp+flash-attn")
     assert chosen.fitted_name == "llama.cpp" and chosen.applied == ("flash-attn",)
     with pytest.raises(InputError, match="cublas-fp16"):
@@ -373,3 +378,102 @@ def test_a_stated_micro_batch_replaces_llama_cpp_default():
     assert configure(resolve_engine("vllm"), "-ub 2048").prefill_ubatch_tokens == 0
     stated = configure(llama, "llama-bench, -fa 1, -ub 2048")
     assert stated.name == "llama.cpp+flash-attn+ub2048" and resolve_engine(stated.name) == stated
+
+
+def test_decode_attention_streams_the_kv_cache_at_its_own_share_of_the_bandwidth():
+    """The attention op's memory time divides by attention_bandwidth as well; a GEMM's does
+    not (one token after 2,048 of Llama-3-8B in bf16 on an H100)."""
+    h100 = load_hardware("h100-sxm")
+    ledger = build_ledger(load_model("llama-3-8b"), Step.decode(1, 2048),
+                          Precision("bf16", "bf16", "bf16"))
+    attention = next(op for op in ledger.ops if op.kind == "attention")
+    up = next(op for op in ledger.ops if op.name == "mlp.up")
+    half = Constants(**{**ROUND, "attention_bandwidth": 0.5})
+    whole = Constants(**ROUND)
+    stream = 3.35e12 * 0.9 * 0.5  # bandwidth · fraction · efficiency
+    expected = (attention.memory_bytes + attention.calls * 1e5) / stream
+    assert priced_parts(op_features(attention, h100, "bf16"), whole).memory_s == \
+        pytest.approx(expected)
+    assert priced_parts(op_features(attention, h100, "bf16"), half).memory_s == \
+        pytest.approx(2 * expected)
+    assert priced_parts(op_features(up, h100, "bf16"), half).memory_s == \
+        priced_parts(op_features(up, h100, "bf16"), whole).memory_s
+
+
+def test_llama_cpp_picks_its_moe_tile_against_the_whole_micro_batch():
+    """mul_mat_q_case: widths 8..128 (steps of 16 from 48), the first with the fewest
+    tiles for all the pass's tokens."""
+    from phasewise.cost.calibrated import moe_tile_padding, moe_tile_width
+
+    assert [moe_tile_width(t, 128) for t in (8, 16, 32, 50, 128, 200, 512)] == \
+        [8, 16, 32, 64, 128, 112, 128]
+    # 512 tokens, 8 of 128 experts each: 32 tokens an expert, one 128-wide tile each (the
+    # chance of more than 128 is nil; of none, e^-32): 128 columns for 32, four times over
+    assert moe_tile_padding(512, 32.0, 128) == pytest.approx(4.0, rel=1e-9)
+    # a 2048-token pass: 128 an expert on average, Poisson; ⌈x/128⌉ is 1 for x ≤ 128 and 2
+    # above (x > 256 is nil): 1 + P(X > 128) = 1 + 0.4765 by the Poisson tail
+    assert moe_tile_padding(2048, 128.0, 128) == pytest.approx(1.4765, abs=2e-3)
+
+
+def test_llama_cpp_cuda_moe_prompts_compute_their_empty_tile_columns():
+    """Qwen3-30B-A3B (128 experts, top 8), a 512-token prompt on an RTX 4090: the routed
+    expert GEMM is priced at four times its FLOPs under llama.cpp's CUDA backend and at
+    its FLOPs under the generic engine; decode (one token) runs as matrix-vector products."""
+    rtx = load_hardware("rtx-4090")
+    model = load_model("qwen3-30b-a3b")
+    precision = Precision("Q4_K_M", "fp16", "fp16")
+    prompt = build_ledger(model, Step.prefill(512), precision)
+    experts = next(op for op in prompt.ops if op.name == "moe.experts")
+    assert experts.expert_load == pytest.approx(512 * 8 / 128)
+    cuda = traits_for(resolve_engine("llama.cpp"), rtx)
+    assert (cuda.moe_tile_tokens, cuda.moe_tile_above_tokens) == (128, 8)
+    assert op_features(experts, rtx, "fp16", cuda).flops == pytest.approx(4 * experts.flops,
+                                                                        rel=1e-6)
+    assert op_features(experts, rtx, "fp16").flops == experts.flops
+    metal = traits_for(resolve_engine("llama.cpp"), load_hardware("m2-max"))
+    assert metal.moe_tile_tokens == 0
+    step = build_ledger(model, Step.decode(1, 100), precision)
+    one = next(op for op in step.ops if op.name == "moe.experts")
+    assert op_features(one, rtx, "fp16", cuda).flops == one.flops
+
+
+def test_llama_cpp_metal_multiplies_small_batches_in_whole_32_token_tiles():
+    """kernel_mul_mm covers ⌈m/32⌉ tiles of 32 tokens: a 4-token prompt computes 32 tokens'
+    FLOPs; above 8 tokens since PR #10491, above 1 token before it; 512 tokens fill 16."""
+    m2 = load_hardware("m2")
+    model = load_model("llama-2-7b")
+    precision = Precision("Q4_0", "fp16", "fp16")
+    new = traits_for(resolve_engine("llama.cpp"), m2)
+    old = traits_for(configure(resolve_engine("llama.cpp"),
+                               "llama.cpp llama-bench (master, 2023-10-07), Metal backend",
+                               "metal"), m2)
+    assert (new.gemm_tile_tokens, new.gemm_tile_above_tokens) == (32, 8)
+    assert (old.gemm_tile_tokens, old.gemm_tile_above_tokens) == (32, 1)
+    for tokens, old_factor, new_factor in ((4, 8.0, 1.0), (10, 3.2, 3.2), (512, 1.0, 1.0)):
+        up = next(op for op in build_ledger(model, Step.prefill(tokens), precision).ops
+                  if op.name == "mlp.up")
+        assert op_features(up, m2, "fp16", old).flops == pytest.approx(old_factor * up.flops)
+        assert op_features(up, m2, "fp16", new).flops == pytest.approx(new_factor * up.flops)
+    # a CUDA code path is not named for a Metal run, nor a Metal one for a CUDA run
+    assert "cublas-fp16" not in configure(resolve_engine("llama.cpp"),
+                                          "llama-bench build 1988, Metal", "metal").name
+    assert "metal" not in configure(resolve_engine("llama.cpp"),
+                                    "llama-bench (May 2024), CUDA backend", "cuda").name
+
+
+def test_routed_experts_in_a_block_format_pay_the_dequant_factors_like_dense_gemms():
+    """A MoE GEMM's weight bytes cover every expert it touches: its bytes per weight are
+    its weight bytes over FLOPs ÷ 2m, not over one expert's n × k. Q4_K_M takes 4.89 bits a
+    weight (4.58 GiB for Llama 3 8B's 8.03 B weights, as llama-bench prints the file)."""
+    from phasewise.cost.calibrated import weight_elements
+
+    model = load_model("qwen3-30b-a3b")
+    rtx = load_hardware("rtx-4090")
+    for step in (Step.decode(1, 100), Step.decode(32, 100), Step.prefill(512)):
+        ledger = build_ledger(model, step, Precision("Q4_K_M", "fp16", "fp16"))
+        experts = next(op for op in ledger.ops if op.name == "moe.experts")
+        assert experts.weights / weight_elements(experts) == pytest.approx(4.58 * 2**30 * 8 / 8.03e9 / 8, rel=0.01)
+        assert op_features(experts, rtx, "fp16").dequantized == 1.0
+        fp16 = build_ledger(model, step, Precision("fp16", "fp16", "fp16"))
+        dense = next(op for op in fp16.ops if op.name == "moe.experts")
+        assert op_features(dense, rtx, "fp16").dequantized == 0.0

@@ -8,8 +8,10 @@ For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
             for GEMMs, attention_efficiency for fused attention, gemm_efficiency for
             unfused attention (its matmuls are GEMMs), 1 for elementwise work
     memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
-                 · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights))
-        i.e. bandwidth ramps as s / (s + bytes_half) with s the bytes per call
+                 · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights)
+                 · (attention_bandwidth for attention))
+        i.e. bandwidth ramps as s / (s + bytes_half) with s the bytes per call; attention
+        streams the KV cache (decode) at its own share of the weight-streaming rate
     serial_s  = serial bytes / (bandwidth · bandwidth_fraction · bandwidth_efficiency)
     time_s    = max(compute_s, memory_s) + serial_s + kernels · kernel_overhead_s
     collectives: bytes / (link bandwidth · link_efficiency)
@@ -39,7 +41,9 @@ scalars and numpy arrays alike, so the fit prices operators exactly as estimates
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, NamedTuple
 
 from phasewise.cost.base import StepTiming, Timing, link_for, math_format_for, sum_timings
@@ -101,7 +105,7 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
     buffered = dequantized and 0 < traits.dequant_buffer_above_tokens < op.m
     memory_bytes, weight_bytes, serial_bytes, kernels = op.memory_bytes, op.weights, 0.0, op.calls
     if buffered:  # a conversion kernel, then a 16-bit GEMM on the converted copy
-        buffer_bytes = op.k * op.n * op.calls * BUFFER_BYTES_PER_WEIGHT
+        buffer_bytes = weight_elements(op) * BUFFER_BYTES_PER_WEIGHT
         serial_bytes = op.weights + buffer_bytes
         memory_bytes, weight_bytes, kernels = op.memory_bytes - op.weights + buffer_bytes, \
             buffer_bytes, 2 * op.calls
@@ -112,13 +116,48 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
     hops = op.hops
     if op.name == ALLREDUCE_OP and traits.allreduce_rounds and _peer_link(hardware):
         hops = op.calls * traits.allreduce_rounds
-    intensity = op.flops / weight_bytes if weight_bytes else 1e30
+    flops = op.flops
+    if traits.moe_tile_tokens and op.expert_load and op.tokens > traits.moe_tile_above_tokens:
+        flops = op.flops * moe_tile_padding(op.tokens, op.expert_load, traits.moe_tile_tokens)
+    elif (traits.gemm_tile_tokens and kind == KIND_GEMM and not op.expert_load
+          and op.m > traits.gemm_tile_above_tokens):
+        tile = traits.gemm_tile_tokens
+        flops = op.flops * math.ceil(op.m / tile) * tile / op.m
+    intensity = flops / weight_bytes if weight_bytes else 1e30
     peak_factor = traits.gemm_peak_factor if (
         kind in (KIND_GEMM, KIND_ATTENTION) and math_format == "fp16") else 1.0
-    return OpFeatures(kind, op.flops, memory_bytes, op.calls, kernels, intensity,
+    return OpFeatures(kind, flops, memory_bytes, op.calls, kernels, intensity,
                       1.0 if dequantized and not buffered else 0.0, 1.0 if unfused else 0.0,
                       serial_bytes, peak_factor, op.network, hops, peak, ridge, bandwidth,
                       link_bw, link_latency)
+
+
+def moe_tile_width(tokens: float, widest: int) -> int:
+    """The column-tile width a routed-expert GEMM picks for a forward pass of ``tokens``
+    tokens: llama.cpp's MMQ tries widths in steps of 8 (of 16 from 48 on) up to ``widest``
+    and keeps the first that needs the fewest tiles for all the pass's tokens
+    (ggml-cuda/mmq.cuh, mul_mat_q_case)."""
+    best, fewest = 8, math.inf
+    for width in range(8, widest + 1, 8):
+        if width >= 48 and width % 16:
+            continue
+        tiles = math.ceil(tokens / width)
+        if tiles < fewest:
+            best, fewest = width, tiles
+    return best
+
+
+@lru_cache(maxsize=4096)
+def moe_tile_padding(tokens: float, expert_load: float, widest: int) -> float:
+    """Computed over routed expert columns: each expert's tokens (Poisson with mean
+    ``expert_load``, uniform routing) fill ⌈x / width⌉ tiles of the pass's tile width, so
+    the GEMMs compute width · E[⌈x / width⌉] columns per expert for ``expert_load``."""
+    width = moe_tile_width(tokens, widest)
+    spread = 12.0 * math.sqrt(expert_load) + 12.0
+    log_load = math.log(expert_load)
+    tiles = sum(math.exp(x * log_load - expert_load - math.lgamma(x + 1.0)) * math.ceil(x / width)
+                for x in range(max(1, int(expert_load - spread)), int(expert_load + spread) + 2))
+    return max(1.0, width * tiles / expert_load)
 
 
 def _peer_link(hardware: HardwareSpec) -> bool:
@@ -128,11 +167,17 @@ def _peer_link(hardware: HardwareSpec) -> bool:
     return hardware.interconnect is not None and hardware.interconnect.kind != "pcie"
 
 
+def weight_elements(op: Op) -> float:
+    """The weights a GEMM multiplies, over its calls: FLOPs ÷ 2m, which counts each routed
+    expert a MoE GEMM touches as well as a dense GEMM's n × k."""
+    return op.flops / (2.0 * op.m) if op.m else op.k * op.n * op.calls
+
+
 def _dequantized(op: Op, math_format: str) -> bool:
     """A GEMM whose weights take fewer bytes per element than its math format."""
     if op.kind != "gemm" or not op.weights or not op.k or not op.n:
         return False
-    bytes_per_weight = op.weights / (op.k * op.n * op.calls)
+    bytes_per_weight = op.weights / weight_elements(op)
     return bytes_per_weight < 0.95 * MATH_FORMAT_BYTES.get(math_format, 2.0)
 
 
@@ -167,8 +212,9 @@ def priced_parts(f: OpFeatures, c: Any, *,
     compute_s = f.flops / (f.peak_flops_per_s * f.peak_factor * efficiency)
     streaming = f.bandwidth_bytes_per_s * c.bandwidth_fraction * c.bandwidth_efficiency
     dequant_bandwidth = 1.0 + f.dequantized * (c.dequant_bandwidth - 1.0)
+    attention_bandwidth = 1.0 + attention * (c.attention_bandwidth - 1.0)
     memory_s = (1.0 - network) * (f.memory_bytes + f.calls * c.bytes_half) / (
-        streaming * dequant_bandwidth)
+        streaming * dequant_bandwidth * attention_bandwidth)
     serial_s = f.serial_bytes / streaming
     network_s = network * (f.network_bytes / (f.link_bytes_per_s * c.link_efficiency)
                            + f.hops * f.link_latency_s * c.link_latency_factor)

@@ -42,6 +42,7 @@ class Constants:
     gemm_efficiency: float
     gemm_intensity_half: float
     attention_efficiency: float
+    attention_bandwidth: float
     bandwidth_efficiency: float
     dequant_bandwidth: float
     dequant_compute: float

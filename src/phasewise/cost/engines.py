@@ -31,7 +31,8 @@ VARIANT_SEPARATOR = "+"
 
 # Traits a table in engines.toml may set.
 ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
-                 "attention_score_bytes", "allreduce_rounds")
+                 "attention_score_bytes", "allreduce_rounds", "moe_tile_tokens",
+                 "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens")
 BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
 _META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
          "before_build")
@@ -62,6 +63,13 @@ class Traits:
     unfused attention (scores written, soft-maxed, read back); 0 for fused attention.
     ``allreduce_rounds``: latency-bound rounds of the engine's own tensor-parallel
     all-reduce, whatever the device count (0: the ledger's, NCCL's tree).
+    ``moe_tile_tokens``: routed-expert GEMMs of more than ``moe_tile_above_tokens`` tokens
+    run each expert's tokens in column tiles whose width the engine picks against all the
+    tokens of the forward pass, at most this many: a tile's empty columns are computed
+    too (0: tiles fit each expert's tokens).
+    ``gemm_tile_tokens``: dense GEMMs of more than ``gemm_tile_above_tokens`` tokens run
+    a matrix-matrix kernel that computes whole tiles of this many tokens (0: the tile
+    fits the tokens, as vendor BLAS and tuned kernels choose it).
     """
 
     prefill_ubatch_tokens: int = 0
@@ -69,6 +77,10 @@ class Traits:
     dequant_buffer_above_tokens: int = 0
     attention_score_bytes: float = 0.0
     allreduce_rounds: int = 0
+    moe_tile_tokens: int = 0
+    moe_tile_above_tokens: int = 0
+    gemm_tile_tokens: int = 0
+    gemm_tile_above_tokens: int = 0
 
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -210,10 +222,13 @@ def resolve_engine(name: str | None) -> Engine:
                      f"Choose one of {', '.join(engine_names())}.")
 
 
-def configure(engine: Engine, software: str) -> Engine:
+def configure(engine: Engine, software: str, backend: str = "") -> Engine:
     """``engine`` with the variants a description of its software selects ('llama.cpp
-    llama-bench build 6db2b41a (1988), CUDA backend' -> llama.cpp+cublas-fp16)."""
-    chosen = tuple(v.name for v in engine.variants if v.selected_by(software))
+    llama-bench build 6db2b41a (1988), CUDA backend' -> llama.cpp+cublas-fp16); given the
+    device's ``backend``, only variants that apply on it (a CUDA code path is not named
+    for a Metal run)."""
+    chosen = tuple(v.name for v in engine.variants if v.selected_by(software)
+                   and (not backend or v.backend in ("", backend)))
     configured = engine.with_variants(chosen) if chosen else engine
     ubatch = software_ubatch(software)
     return with_ubatch(configured, ubatch) if ubatch else configured
@@ -285,4 +300,8 @@ def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
         else 1.0,
         dequant_buffer_above_tokens=int(values.get("dequant_buffer_above_tokens", 0)),
         attention_score_bytes=float(values.get("attention_score_bytes", 0.0)),
-        allreduce_rounds=int(values.get("allreduce_rounds", 0)))
+        allreduce_rounds=int(values.get("allreduce_rounds", 0)),
+        moe_tile_tokens=int(values.get("moe_tile_tokens", 0)),
+        moe_tile_above_tokens=int(values.get("moe_tile_above_tokens", 0)),
+        gemm_tile_tokens=int(values.get("gemm_tile_tokens", 0)),
+        gemm_tile_above_tokens=int(values.get("gemm_tile_above_tokens", 0)))

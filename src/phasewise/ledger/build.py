@@ -267,7 +267,8 @@ def _moe(model: ModelSpec, shard: _Shard, par: Parallelism, layers: str, calls: 
                   2.0 * routed_pairs * expert_params * calls,
                   weights=distinct * expert_params * shard.wb * calls,
                   activations=2 * routed_pairs * h * shard.ab * calls,
-                  m=routed_pairs / max(distinct, 1e-9), n=mats * shard.expert_width, k=h))
+                  m=routed_pairs / max(distinct, 1e-9), n=mats * shard.expert_width, k=h,
+                  tokens=shard.moe_tokens, expert_load=shard.moe_tokens * k / e))
     if par.ep > par.tp:
         dispatched = shard.tokens * k * h * shard.ab * (par.ep - 1) / par.ep
         ops.append(Op("ep.alltoall", "communication", layers, calls, 0.0,

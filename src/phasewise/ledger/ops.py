@@ -16,6 +16,9 @@ class Op:
 
     For a GEMM, (m, n, k) is the shape of one call: (m×k)·(k×n), m the tokens.
     ``hops`` counts the latency-bound message rounds of a collective.
+    A routed-expert GEMM also carries ``tokens``, the tokens its layer receives per call,
+    and ``expert_load``, the routed tokens each of the device's experts gets on average
+    (uniform routing): how an engine tiles the experts' tokens depends on both.
     """
 
     name: str
@@ -32,6 +35,8 @@ class Op:
     n: float = 0.0
     k: float = 0.0
     hops: int = 0
+    tokens: float = 0.0
+    expert_load: float = 0.0
 
     @property
     def memory_bytes(self) -> float:

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from phasewise.cost.calibrated import Calibrated, split_prefill
 from phasewise.cost.calibration import Profile, configure, load_profile
+from phasewise.cost.engines import backend_of
 from phasewise.cost.fit import FitResult, Observation, fit_profile
 from phasewise.errors import InputError
 from phasewise.estimate import estimate
@@ -88,7 +89,8 @@ def _configured(scenario: Scenario, software: str) -> Scenario:
     such as llama-bench's -fa 1, a build before a code path changed)."""
     if scenario.engine is None:
         return scenario
-    return replace(scenario, engine=configure(scenario.engine, software))
+    return replace(scenario, engine=configure(scenario.engine, software,
+                                              backend_of(scenario.hardware)))
 
 
 def _name(path: str) -> str:
