@@ -12,17 +12,27 @@ import pytest
 
 from phasewise.validate import scenario as scenario_module
 from phasewise.validate.measurements import MEASUREMENTS_DIR, load_measurements
+from phasewise.validate.run import dataset
 from phasewise.validate.scenario import (MappingError, precision_for, resolve_device,
                                          resolve_model, scenario_for)
 
 NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv",
-             "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv")
+             "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv",
+             "llamacpp_pr_cuda.csv", "llamacpp_pr_metal.csv")
 
 
 def bundled_row(file: str, record_id: str):
     rows = [r for r in load_measurements(MEASUREMENTS_DIR / file).rows if r.record_id == record_id]
     assert len(rows) == 1
     return rows[0]
+
+
+def configured_row(file: str, record_id: str):
+    """The row's scenario with the engine variants its software description selects."""
+    found = [s for s in dataset([load_measurements(MEASUREMENTS_DIR / file)]).scenarios
+             if s.record_id == record_id]
+    assert len(found) == 1
+    return found[0]
 
 
 @pytest.mark.parametrize("label, params_b, catalog", [
@@ -174,6 +184,29 @@ def test_a_batched_bench_generation_row_is_one_step_of_the_whole_batch():
     assert (s.kind, s.model.name, s.engine.name) == ("decode", "qwen3-30b-a3b", "llama.cpp")
     assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (4096, 32, 16)
     assert s.measured_s == pytest.approx(16 / 162.55)
+
+
+def test_a_pull_request_micro_batch_sweep_row_runs_the_prompt_in_its_micro_batches():
+    # PR #7716 (June 2024), RTX 4090, llama 8B Q5_1, micro-batch 16, pp2048 = 339.78 t/s
+    # (master): before PR #8075, so the cuBLAS-fp16 code path, in 128 passes of 16 tokens.
+    s = scenario_for(bundled_row("llamacpp_pr_cuda.csv", "LPCU-0004"))
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "prefill", "rtx-4090", "llama-3-8b", "Q5_1")
+    assert s.engine.name == "llama.cpp" and s.workload.isl == 2048
+    assert s.measured_s == pytest.approx(2048 / 339.78)
+    configured = configured_row("llamacpp_pr_cuda.csv", "LPCU-0004")
+    assert configured.engine.name == "llama.cpp+cublas-fp16+ub16"
+    assert configured.engine.prefill_ubatch_tokens == 16
+
+
+def test_a_2023_metal_prompt_of_four_tokens_is_one_prompt_on_the_m2():
+    # PR #3524, jhen0409 2023-10-07, M2 (10-core GPU), llama 7B Q4_0 3.56 GiB, pp 4 =
+    # 21.54 t/s (master): the Metal backend of that date, whose matrix kernel took 2+ tokens.
+    s = configured_row("llamacpp_pr_metal.csv", "LPMT-0008")
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "prefill", "m2", "llama-2-7b", "Q4_0")
+    assert s.engine.name == "llama.cpp+metal-mm-small-batch" and s.workload.isl == 4
+    assert s.measured_s == pytest.approx(4 / 21.54)
 
 
 def test_mxfp4_moe_files_are_kept_but_excluded():
