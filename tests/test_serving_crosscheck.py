@@ -51,6 +51,18 @@ def test_one_request_matches_the_estimate_under_the_default_cost_model() -> None
     assert s.tpot.mean_s == pytest.approx(est.tpot_s, rel=0.02)
 
 
+@pytest.mark.parametrize("engine", ["vllm", "llama.cpp"])
+def test_one_request_matches_the_estimate_under_the_same_engine_profile(engine: str) -> None:
+    """llama.cpp's 512-token micro-batches and each engine's fitted constants price the
+    simulated steps as they price the estimate."""
+    s = one_request(Server(engine=engine))
+    est = phasewise.estimate("llama-3.1-8b", "h100-sxm", Workload(ISL, OSL, 1),
+                             cost=DEFAULT_COST_MODEL, engine=engine)
+    assert s.ttft.mean_s == pytest.approx(est.ttft_s, rel=1e-9)
+    assert s.tpot.mean_s == pytest.approx(est.tpot_s, rel=0.02)
+    assert s.ttft.mean_s != pytest.approx(one_request(Server()).ttft.mean_s, rel=1e-3)
+
+
 def test_tensor_parallel_replica_matches_the_tensor_parallel_estimate() -> None:
     s = one_request(Server(cost="sol", pool=Pool("h100-sxm", Parallelism(tp=2))))
     est = phasewise.estimate("llama-3.1-8b", "h100-sxm", Workload(ISL, OSL, 1),

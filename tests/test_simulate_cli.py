@@ -101,6 +101,13 @@ def test_speculative_decoding_flags_reach_the_simulation() -> None:
     assert doc["tpot"]["mean_s"] < plain["tpot"]["mean_s"]
 
 
+def test_the_engine_profile_reaches_the_simulation_and_its_document() -> None:
+    doc = json.loads(run(*SMALL, "--engine", "llama.cpp", "--format", "json").stdout)
+    plain = json.loads(run(*SMALL, "--format", "json").stdout)
+    assert (doc["inputs"]["engine"], plain["inputs"]["engine"]) == ("llama.cpp", "generic")
+    assert doc["ttft"]["mean_s"] != plain["ttft"]["mean_s"]
+
+
 @pytest.mark.parametrize("args, needle", [
     (("--scheduler", "continous"), "Did you mean continuous"),
     (("--load-balancer", "random"), "unknown load balancer"),
@@ -116,6 +123,8 @@ def test_speculative_decoding_flags_reach_the_simulation() -> None:
     (("--rate", "2,4", "--requests-out", "x.jsonl"), "single run"),
     (("--draft-head", "0.03", "--spec-accept", "1.5"), "--spec-accept"),
     (("--draft", "llama-3.1-70b"), "not smaller than the target"),
+    (("--engine", "vlm"), "Did you mean vllm"),
+    (("--calibration", "/nonexistent/profile.toml"), "does not exist"),
 ])
 def test_bad_input_ends_with_one_line_and_exit_code_2(args: tuple, needle: str) -> None:
     result = run("--num-requests", "10", *args, check=False) if "--num-requests" not in args \

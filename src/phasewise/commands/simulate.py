@@ -9,8 +9,9 @@ from typing import Any, Optional
 
 import typer
 
-from phasewise.commands._app import (act_dtype_option, app, check_format, console, echo, ints,
-                                     kv_dtype_option, split_list, weight_dtype_option)
+from phasewise.commands._app import (act_dtype_option, app, calibration_option, check_format,
+                                     console, echo, engine_option, ints, kv_dtype_option,
+                                     split_list, weight_dtype_option)
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -35,6 +36,8 @@ def simulate(
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
     cost: Optional[str] = typer.Option(None, "--cost", help="Cost model pricing each step."),
+    engine: Optional[str] = engine_option(),
+    calibration: Optional[str] = calibration_option(),
     scheduler: str = typer.Option("continuous", "--scheduler", help="static, continuous, "
                                   "chunked or disaggregated; a comma list sweeps."),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences in flight per replica."),
@@ -112,7 +115,8 @@ def simulate(
     server_args = dict(
         model=model, precision=Precision(weight_dtype, act_dtype, kv_dtype),
         max_seqs=max_num_seqs, max_batched_tokens=max_num_batched_tokens, block_tokens=block_size,
-        load_balancer=load_balancer, kv_link=kv_link, speculation=speculation)
+        load_balancer=load_balancer, kv_link=kv_link, speculation=speculation, engine=engine,
+        calibration=calibration)
     pools = _pools(hardware, decode_hardware, Parallelism(tp, pp, ep), prefill_tp, decode_tp,
                    replicas, prefill_replicas, decode_replicas)
     loads = _loads(request_rate, clients, trace, _duration_s(think_time, "--think-time"))

@@ -244,6 +244,7 @@ def _inputs(sim: Simulation, workload: dict) -> SimInputs:
         kv_link=server.kv_link if disaggregated else None,
         weight_dtype=server.precision.weights, act_dtype=server.precision.activations,
         kv_dtype=server.precision.kv_cache, cost_model=sim.cost_model,
+        engine=getattr(sim.replicas[0].pricer.cost, "engine", None),
         bucket_tokens=sim.bucket_tokens, speculation=_speculation(server.speculation),
         workload=workload)
 

@@ -65,6 +65,8 @@ class Server:
     kv_link: str = "infiniband-ndr-400"
     cost: str | CostModel = DEFAULT_COST_MODEL
     speculation: Speculation | None = None  # on the replicas that decode
+    engine: str | None = None  # the calibrated model's engine profile (None: generic)
+    calibration: str | None = None  # a calibration profile file (None: the bundled one)
 
 
 @dataclass
@@ -137,7 +139,9 @@ def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: C
     if pool.replicas < 1:
         raise InputError(f"a pool needs at least one replica, got {pool.replicas}.")
     device = load_hardware(pool.hardware) if isinstance(pool.hardware, str) else pool.hardware
-    cost = cost_model_for(server.cost, device) if isinstance(server.cost, str) else server.cost
+    cost = (cost_model_for(server.cost, device, engine=server.engine,
+                           calibration=server.calibration)
+            if isinstance(server.cost, str) else server.cost)
     spec = server.speculation if role != "prefill" else None
     draft = extra = None
     if spec is not None:
