@@ -472,7 +472,8 @@ def test_routed_experts_in_a_block_format_pay_the_dequant_factors_like_dense_gem
     for step in (Step.decode(1, 100), Step.decode(32, 100), Step.prefill(512)):
         ledger = build_ledger(model, step, Precision("Q4_K_M", "fp16", "fp16"))
         experts = next(op for op in ledger.ops if op.name == "moe.experts")
-        assert experts.weights / weight_elements(experts) == pytest.approx(4.58 * 2**30 * 8 / 8.03e9 / 8, rel=0.01)
+        q4_k_m_bytes = 4.58 * 2**30 / 8.03e9  # per weight
+        assert experts.weights / weight_elements(experts) == pytest.approx(q4_k_m_bytes, rel=0.01)
         assert op_features(experts, rtx, "fp16").dequantized == 1.0
         fp16 = build_ledger(model, step, Precision("fp16", "fp16", "fp16"))
         dense = next(op for op in fp16.ops if op.name == "moe.experts")

@@ -28,7 +28,10 @@ first converts its block-quantized weights to a 16-bit buffer in a kernel of its
 16-bit copy; an unfused attention runs its two matmuls at the engine's GEMM rate and moves
 each score through memory (``attention_score_bytes``, serial bytes), its scores counted
 from the ledger's FLOPs as FLOPs / (4 · d_head); an engine with its own all-reduce kernel
-pays its rounds per call (``allreduce_rounds``) instead of the ledger's tree rounds.
+pays its rounds per call (``allreduce_rounds``) instead of the ledger's tree rounds; a
+GEMM whose kernel computes whole tiles of tokens (llama.cpp's routed-expert MMQ tiles,
+``moe_tile_tokens``; its Metal matrix kernel's 32-token tiles, ``gemm_tile_tokens``) is
+priced at the FLOPs of the tiles, empty columns included.
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
 per call; routed tokens per expert for MoE) against the device's ridge point (peak FLOP/s ÷
@@ -149,14 +152,16 @@ def moe_tile_width(tokens: float, widest: int) -> int:
 
 @lru_cache(maxsize=4096)
 def moe_tile_padding(tokens: float, expert_load: float, widest: int) -> float:
-    """Computed over routed expert columns: each expert's tokens (Poisson with mean
-    ``expert_load``, uniform routing) fill ⌈x / width⌉ tiles of the pass's tile width, so
-    the GEMMs compute width · E[⌈x / width⌉] columns per expert for ``expert_load``."""
+    """The columns routed-expert GEMMs compute over the tokens routed to them: each
+    expert's x tokens (Poisson with mean ``expert_load``, uniform routing) fill ⌈x / w⌉
+    tiles of the pass's width w, so an expert costs w · E[⌈x / w⌉] columns for its
+    ``expert_load`` tokens."""
     width = moe_tile_width(tokens, widest)
     spread = 12.0 * math.sqrt(expert_load) + 12.0
     log_load = math.log(expert_load)
-    tiles = sum(math.exp(x * log_load - expert_load - math.lgamma(x + 1.0)) * math.ceil(x / width)
-                for x in range(max(1, int(expert_load - spread)), int(expert_load + spread) + 2))
+    first, last = max(1, int(expert_load - spread)), int(expert_load + spread) + 2
+    tiles = sum(math.exp(x * log_load - expert_load - math.lgamma(x + 1.0))
+                * math.ceil(x / width) for x in range(first, last))
     return max(1.0, width * tiles / expert_load)
 
 
