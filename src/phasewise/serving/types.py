@@ -39,7 +39,7 @@ class SimInputs(_Frozen):
     act_dtype: str
     kv_dtype: str
     cost_model: str
-    engine: str | None  # the calibrated model's engine profile (None: generic, or SOL)
+    engine: str | None  # the calibrated model's engine profile; None under speed of light
     bucket_tokens: int
     speculation: str | None  # draft, γ, α and the expected tokens a round
     workload: dict[str, str | float | int | None]
