@@ -56,6 +56,59 @@ def test_model_names_as_sources_write_them_find_their_config(written, catalog):
     assert resolve_model(written).name == catalog
 
 
+@pytest.mark.parametrize("written, catalog", [
+    ("Mixtral 8x7B Instruct", "mixtral-8x7b"),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("Mistral-7B-Instruct-v0.3", "mistral-7b"),
+    ("Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
+    ("Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b"),
+    ("gemma-3-4b-it", "gemma-3-4b"),
+    ("Qwen2.5-7B-Instruct-GGUF", "qwen2.5-7b"),
+])
+def test_checkpoint_words_and_repo_owners_are_peeled_off_model_names(written, catalog):
+    assert resolve_model(written).name == catalog
+
+
+def test_a_name_that_is_only_checkpoint_words_still_fails_clearly():
+    with pytest.raises(MappingError, match="unknown model 'Instruct-v2'"):
+        resolve_model("Instruct-v2")
+
+
+@pytest.mark.parametrize("written, bits", [
+    # ggml-common.h block_iq4_xs: fp16 d, uint16 scales_h, 4 bytes scales_l, 128 bytes of
+    # nibbles = 136 bytes per 256 weights = 4.25 bits.
+    ("IQ4_XS", 4.25),
+    # block_iq4_nl: fp16 d + 16 bytes per 32 weights = 18 B / 32 = 4.5 bits.
+    ("IQ4_NL", 4.5),
+    # block_iq2_xxs: fp16 d + 32 uint16 = 66 B / 256 = 2.0625, listed as 2.06.
+    ("IQ2_XXS", 2.06),
+    # quantize's table: Q3_K_S is 3.41 GiB for Llama-3-8B's 8.03 B weights:
+    # 3.41 * 2^30 * 8 / 8.03e9 = 3.648 bits.
+    ("Q3_K - Small", 3.65),
+])
+def test_gguf_i_quants_and_k_quant_mixes_map_to_their_bits(written, bits):
+    precision = precision_for(written)
+    assert precision.activations == "fp16"
+    from phasewise.specs.precision import number_format
+    assert number_format(precision.weights).bits_per_element == pytest.approx(bits, abs=0.01)
+
+
+def test_a_split_over_several_devices_without_a_degree_takes_the_engine_default():
+    llama = engine_for("llama.cpp llama-bench, CUDA")
+    vllm = engine_for("vLLM 0.6")
+    # llama.cpp's default --split-mode layer: consecutive layers per device, run in turn.
+    assert (parallelism_for("", 4, llama).tp, parallelism_for("", 4, llama).pp) == (1, 4)
+    assert parallelism_for("layer split", 2).pp == 2
+    assert parallelism_for("-sm row", 2, llama).tp == 2
+    assert parallelism_for("2x GPUs", 2, vllm).tp == 2
+    assert parallelism_for("", 8, vllm).tp == 8
+    assert parallelism_for("", 1, llama).devices == 1
+    with pytest.raises(MappingError, match="1 devices but the row says 8"):
+        parallelism_for("single device", 8, llama)
+    with pytest.raises(MappingError, match="layer split"):
+        parallelism_for("expert magic", 4, vllm)
+
+
 def test_formats_parallelism_and_engines_are_read_from_the_row():
     gguf = precision_for("Q4_K_M")
     assert (gguf.weights, gguf.activations, gguf.kv_cache) == ("Q4_K_M", "fp16", "fp16")

@@ -34,6 +34,16 @@ _LLAMA_BENCH_MIX = (
     "from llama-bench's reported size for Llama-3-8B (8.03 B params): {gib} GiB"
 )
 
+_QUANTIZE_MIX = (
+    "mixture of k-quant tensor types chosen by llama.cpp's quantize; average bits per weight "
+    "from the size its type table lists for Llama-3-8B (8.03 B params; tools/quantize/"
+    "quantize.cpp, QUANT_OPTIONS): {gib} GiB"
+)
+_QUANTIZE_BPW = (
+    "llama.cpp's quantize type table (tools/quantize/quantize.cpp, QUANT_OPTIONS): {bpw} bits "
+    "per weight, block scales included"
+)
+
 FORMATS: dict[str, NumberFormat] = {
     f.name: f
     for f in (
@@ -67,6 +77,15 @@ FORMATS: dict[str, NumberFormat] = {
         NumberFormat("Q4_K_M", 4.89, None, _LLAMA_BENCH_MIX.format(gib=4.58)),
         NumberFormat("Q4_K_S", 4.67, None, _LLAMA_BENCH_MIX.format(gib=4.37)),
         NumberFormat("Q3_K_M", 3.91, None, _LLAMA_BENCH_MIX.format(gib=3.66)),
+        NumberFormat("Q3_K_S", 3.65, None, _QUANTIZE_MIX.format(gib=3.41)),
+        NumberFormat("Q3_K_L", 4.31, None, _QUANTIZE_MIX.format(gib=4.03)),
+        NumberFormat("Q2_K_S", 3.17, None, _QUANTIZE_MIX.format(gib=2.96)),
+        # The i-quants and ternary types: bits per weight as llama.cpp's quantize lists them.
+        *(NumberFormat(name, bpw, None, _QUANTIZE_BPW.format(bpw=bpw)) for name, bpw in (
+            ("IQ1_S", 1.56), ("IQ1_M", 1.75), ("IQ2_XXS", 2.06), ("IQ2_XS", 2.31),
+            ("IQ2_S", 2.5), ("IQ2_M", 2.7), ("IQ3_XXS", 3.06), ("IQ3_XS", 3.3),
+            ("IQ3_S", 3.44), ("IQ3_M", 3.66), ("IQ4_XS", 4.25), ("IQ4_NL", 4.5),
+            ("TQ1_0", 1.69), ("TQ2_0", 2.06))),
     )
 }
 

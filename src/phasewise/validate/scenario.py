@@ -47,6 +47,11 @@ _GGUF_LABEL = re.compile(r"^(?P<arch>[a-z][a-z0-9]*)\s+"
 # "deepseek2"; the rest match once underscores are dropped (qwen3moe = qwen3_moe).
 _GGUF_ARCH_FAMILIES = {"llama": ("llama", "mistral", "mixtral"),
                        "deepseek2": ("deepseekv2", "deepseekv3")}
+# Words checkpoints of one network add to its name, and release tags at its end.
+_CHECKPOINT_WORDS = re.compile(r"[-_ ](?:instruct|chat|it|hf|base|pt|gguf|awq|gptq|fp8|fp16|bf16"
+                               r"|int4|int8|w4a16|w8a8|dynamic|nvfp4|mlx|\d+bit)(?=$|[-_ ])",
+                               re.I)
+_RELEASE_TAG = re.compile(r"[-_ ](?:v\d+(?:\.\d+)*|\d{4})$", re.I)
 # llama-bench prints 2 decimals (70.55 B); the catalog's published counts are rounded to
 # 0.1 B (70.6): 1.5% takes both and keeps neighbours apart (Llama-2 70B is 69.0, 2.2% off).
 PARAMS_TOLERANCE = 0.015
@@ -138,7 +143,7 @@ def resolve_model(name: str, params_b: float | None = None) -> ModelSpec:
     """A catalog model for a source's model name ('Llama-2 70B', 'Mixtral 8x7B (MoE)'), or
     for a llama-bench label ('llama 7B', 'qwen3moe 30B.A3B') with its parameter count."""
     plain = " ".join(_PARENS.sub(" ", name).split())
-    for candidate in dict.fromkeys((name, plain)):
+    for candidate in _model_candidates(name, plain):
         try:
             return load_model(candidate)
         except InputError:
@@ -147,6 +152,22 @@ def resolve_model(name: str, params_b: float | None = None) -> ModelSpec:
         return _model_by_label(label["arch"], params_b, name)
     raise MappingError(f"unknown model '{name}': no catalog model or alias matches; add an "
                        "alias in catalog/models/index.toml")
+
+
+def _model_candidates(name: str, plain: str) -> list[str]:
+    """The name as written, then without the organisation of a repo id ('meta-llama/...')
+    and without the words checkpoints of one network add to it: the tuning ('Instruct',
+    'Chat', '-it'), the packaging or quantization of the weights ('GGUF', 'AWQ', 'FP8'; the
+    row's weight_dtype says the format) and a release tag ('v0.3', '2407'), which leave the
+    shapes that price a step as they are."""
+    bare = plain.rsplit("/", 1)[-1] if "/" in plain and " " not in plain else plain
+    stripped = bare
+    for _ in range(4):
+        shorter = _RELEASE_TAG.sub("", _CHECKPOINT_WORDS.sub("", stripped)).strip(" -_")
+        if shorter == stripped:
+            break
+        stripped = shorter
+    return [c for c in dict.fromkeys((name, plain, bare, stripped)) if c]
 
 
 def _model_by_label(arch: str, params_b: float, name: str) -> ModelSpec:
@@ -203,13 +224,37 @@ def _gguf_type(text: str) -> str:
     return f"{base}_{match['size'][0].upper()}" if match["size"] else base
 
 
-def parallelism_for(text: str, devices: int) -> Parallelism:
-    """'TP8', 'TP2 PP2', 'single device' -> Parallelism; checked against the device count."""
-    lowered = text.lower()
+# How sources say how a model is split over several devices when they give no TP/PP
+# degree. llama.cpp's --split-mode layer (its default, "-sm layer") gives each device a
+# contiguous block of layers and runs them one after another: pipeline stages; "-sm row"
+# splits each weight matrix's rows over the devices: tensor parallelism.
+_LAYER_SPLIT = re.compile(r"layer[- ]?split|split[- ]?mode[ =:]*layer|-sm\s+layer|pipeline",
+                          re.I)
+_ROW_SPLIT = re.compile(r"row[- ]?split|split[- ]?mode[ =:]*row|-sm\s+row|tensor[- ]parallel",
+                        re.I)
+_UNSPLIT = ("", "single device", "single gpu", "none")
+_UNSTATED = ("", "multi-gpu", "multi gpu", "multiple gpus")
+
+
+def parallelism_for(text: str, devices: int, engine: Engine | None = None) -> Parallelism:
+    """'TP8', 'TP2 PP2', 'single device', 'layer split' -> Parallelism; checked against
+    the device count. A row on several devices that names no split takes its engine's
+    default: llama.cpp splits by layers (--split-mode layer, pipeline stages run in
+    turn), the serving engines by tensor parallelism (their multi-GPU flag, -tp)."""
+    lowered = " ".join(text.lower().split())
     tp = re.search(r"tp\s*=?\s*(\d+)", lowered)
     pp = re.search(r"pp\s*=?\s*(\d+)", lowered)
-    if not (tp or pp) and lowered not in ("", "single device", "single gpu", "none"):
-        raise MappingError(f"unknown parallelism '{text}'; write TP<n> and/or PP<n>")
+    if not (tp or pp) and devices > 1:
+        if _LAYER_SPLIT.search(lowered):
+            return Parallelism(1, devices)
+        if _ROW_SPLIT.search(lowered):
+            return Parallelism(devices, 1)
+        if lowered in _UNSTATED or re.fullmatch(r"\d+\s*(?:x\s*)?gpus?", lowered):
+            layered = engine is not None and engine.fitted_name == "llama.cpp"
+            return Parallelism(1, devices) if layered else Parallelism(devices, 1)
+    if not (tp or pp) and lowered not in _UNSPLIT:
+        raise MappingError(f"unknown parallelism '{text}'; write TP<n> and/or PP<n>, "
+                           "'layer split' or 'row split'")
     par = Parallelism(int(tp.group(1)) if tp else 1, int(pp.group(1)) if pp else 1)
     if devices and par.devices != devices:
         raise MappingError(f"parallelism '{text}' uses {par.devices} devices but the row says "
@@ -236,8 +281,8 @@ def scenario_for(row) -> Scenario:  # noqa: ANN001 - a validate.measurements.Mea
         return _microbenchmark(row, hardware)
     model = resolve_model(row.model, row.model_params_b)
     precision = precision_for(row.weight_dtype)
-    par = parallelism_for(row.parallelism, row.num_accelerators)
     engine = engine_for(row.software_stack)
+    par = parallelism_for(row.parallelism, row.num_accelerators, engine)
     metric, unit = row.metric.lower(), " ".join(row.unit.lower().split())
     common = dict(record_id=row.record_id, source=row.source, phase=row.phase, model=model,
                   hardware=hardware, precision=precision, parallelism=par, engine=engine,
