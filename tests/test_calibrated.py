@@ -201,6 +201,23 @@ def test_engines_resolve_by_alias_and_unknown_ones_list_the_known():
         cost_model_for("calibrate", load_hardware("h100-sxm"))
 
 
+@pytest.mark.parametrize("written, engine", [
+    ("mlx-lm", "mlx"), ("text-generation-inference", "tgi"), ("ExLlamaV2", "exllama"),
+    ("TurboMind", "lmdeploy"), ("DeepSpeed-FastGen", "deepspeed"),
+])
+def test_engines_without_measurements_are_named_and_priced_at_the_global_level(written,
+                                                                                engine):
+    chosen = resolve_engine(written)
+    assert chosen.name == engine
+    profile = load_profile()
+    assert engine not in {key.removeprefix("engine:").split("/")[0]
+                          for key in profile.values if key.startswith("engine:")}
+    for device in ("h100-sxm", "m2-ultra"):
+        hardware = load_hardware(device)
+        assert constants_for(profile, hardware, chosen) == \
+            constants_for(profile, hardware, resolve_engine("generic"))
+
+
 def test_the_most_specific_level_wins_then_its_parents_then_the_prior():
     profile = Profile("t", values={"global": {"gemm_fraction": 0.5, "kernel_overhead_s": 3e-6},
                                    "class:datacenter_gpu": {"gemm_fraction": 0.6},

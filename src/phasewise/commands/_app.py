@@ -109,7 +109,9 @@ def ep_option() -> Any:
 def engine_option() -> Any:
     return typer.Option(None, "--engine", help="Inference engine whose fitted constants the "
                                                "calibrated model uses: llama.cpp, vllm, sglang, "
-                                               "trtllm or generic (default).")
+                                               "trtllm (fitted to measurements), tgi, lmdeploy, "
+                                               "mlc-llm, mlx, exllama, deepspeed, transformers "
+                                               "(generic values) or generic (default).")
 
 
 def calibration_option() -> Any:
