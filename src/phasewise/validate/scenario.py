@@ -51,7 +51,9 @@ _GGUF_ARCH_FAMILIES = {"llama": ("llama", "mistral", "mixtral"),
 _CHECKPOINT_WORDS = re.compile(r"[-_ ](?:instruct|chat|it|hf|base|pt|gguf|awq|gptq|fp8|fp16|bf16"
                                r"|int4|int8|w4a16|w8a8|dynamic|nvfp4|mlx|\d+bit)(?=$|[-_ ])",
                                re.I)
-_RELEASE_TAG = re.compile(r"[-_ ](?:v\d+(?:\.\d+)*|\d{4})$", re.I)
+# A four-digit release tag (Qwen3-30B-A3B-Instruct-2507) keeps the network; a version
+# ("v0.3") may not (Mistral-7B v0.2 dropped v0.1's sliding window), so it stays.
+_RELEASE_TAG = re.compile(r"[-_ ]\d{4}$")
 # llama-bench prints 2 decimals (70.55 B); the catalog's published counts are rounded to
 # 0.1 B (70.6): 1.5% takes both and keeps neighbours apart (Llama-2 70B is 69.0, 2.2% off).
 PARAMS_TOLERANCE = 0.015
@@ -143,12 +145,18 @@ def resolve_model(name: str, params_b: float | None = None) -> ModelSpec:
     """A catalog model for a source's model name ('Llama-2 70B', 'Mixtral 8x7B (MoE)'), or
     for a llama-bench label ('llama 7B', 'qwen3moe 30B.A3B') with its parameter count."""
     plain = " ".join(_PARENS.sub(" ", name).split())
+    label = _GGUF_LABEL.match(plain)
+    if label and params_b:  # the count decides between checkpoints a label covers
+        try:
+            return _model_by_label(label["arch"], params_b, name)
+        except MappingError:
+            pass
     for candidate in _model_candidates(name, plain):
         try:
             return load_model(candidate)
         except InputError:
             continue
-    if (label := _GGUF_LABEL.match(plain)) and params_b:
+    if label and params_b:
         return _model_by_label(label["arch"], params_b, name)
     raise MappingError(f"unknown model '{name}': no catalog model or alias matches; add an "
                        "alias in catalog/models/index.toml")
@@ -158,8 +166,8 @@ def _model_candidates(name: str, plain: str) -> list[str]:
     """The name as written, then without the organisation of a repo id ('meta-llama/...')
     and without the words checkpoints of one network add to it: the tuning ('Instruct',
     'Chat', '-it'), the packaging or quantization of the weights ('GGUF', 'AWQ', 'FP8'; the
-    row's weight_dtype says the format) and a release tag ('v0.3', '2407'), which leave the
-    shapes that price a step as they are."""
+    row's weight_dtype says the format) and a four-digit release tag ('2507'), which leave
+    the shapes that price a step as they are."""
     bare = plain.rsplit("/", 1)[-1] if "/" in plain and " " not in plain else plain
     stripped = bare
     for _ in range(4):
@@ -188,7 +196,10 @@ def _model_by_label(arch: str, params_b: float, name: str) -> ModelSpec:
     if len({_network(spec) for spec in specs}) > 1:
         raise MappingError(f"ambiguous model '{name}' ({params_b:g} B parameters): "
                            f"{', '.join(spec.name for spec in specs)} differ; name the model")
-    return specs[0]
+    # One network under several checkpoints (LLaMA-1 and Llama-2 7B, Qwen2 and Qwen2.5 7B):
+    # the catalog's first entry names it, so a row keeps its name as checkpoints are added.
+    order = list(model_index())
+    return min(specs, key=lambda spec: order.index(spec.name))
 
 
 def _network(spec: ModelSpec) -> tuple:
