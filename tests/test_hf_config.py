@@ -126,3 +126,17 @@ def test_malformed_json_is_a_clear_error(tmp_path):
 def test_heads_not_a_multiple_of_kv_heads_is_refused():
     with pytest.raises(InputError, match="multiple"):
         spec(num_key_value_heads=3)
+
+
+def test_falcon_multi_query_means_one_kv_head_whatever_num_kv_heads_says():
+    # Falcon-7B's architecture: 32 layers, 4544 wide, 71 query heads sharing one K/V head
+    # (multi-query); a re-saved config carries num_kv_heads = 71, which transformers'
+    # FalconAttention ignores unless new_decoder_architecture is set (Falcon-40B: 8 groups).
+    falcon7 = {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
+               "num_attention_heads": 71, "num_kv_heads": 71, "multi_query": True,
+               "new_decoder_architecture": False, "vocab_size": 65024}
+    assert model_from_config(falcon7, "f7").num_kv_heads == 1
+    falcon40 = {"model_type": "falcon", "hidden_size": 8192, "num_hidden_layers": 60,
+                "num_attention_heads": 128, "num_kv_heads": 8, "multi_query": True,
+                "new_decoder_architecture": True, "vocab_size": 65024}
+    assert model_from_config(falcon40, "f40").num_kv_heads == 8

@@ -80,6 +80,9 @@ def model_from_config(raw: dict[str, Any], name: str) -> ModelSpec:
         raise InputError(f"{name}: config.json lacks {', '.join(missing)}; a decoder config "
                          "needs them (is this the model's config.json?).")
     kv_heads = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads")
+    if model_type == "falcon" and cfg.get("multi_query") \
+            and not cfg.get("new_decoder_architecture"):
+        kv_heads = 1  # transformers' FalconAttention ignores num_kv_heads here (Falcon-7B)
     if kv_heads is None:
         kv_heads = 1 if cfg.get("multi_query") else heads
     head_dim = cfg.get("head_dim") or hidden // heads
