@@ -146,18 +146,13 @@ def resolve_model(name: str, params_b: float | None = None) -> ModelSpec:
     for a llama-bench label ('llama 7B', 'qwen3moe 30B.A3B') with its parameter count."""
     plain = " ".join(_PARENS.sub(" ", name).split())
     label = _GGUF_LABEL.match(plain)
-    if label and params_b:  # the count decides between checkpoints a label covers
-        try:
-            return _model_by_label(label["arch"], params_b, name)
-        except MappingError:
-            pass
+    if label and params_b:  # the count decides between the checkpoints a label covers
+        return _model_by_label(label["arch"], params_b, name)
     for candidate in _model_candidates(name, plain):
         try:
             return load_model(candidate)
         except InputError:
             continue
-    if label and params_b:
-        return _model_by_label(label["arch"], params_b, name)
     raise MappingError(f"unknown model '{name}': no catalog model or alias matches; add an "
                        "alias in catalog/models/index.toml")
 
@@ -184,11 +179,11 @@ def _model_by_label(arch: str, params_b: float, name: str) -> ModelSpec:
     same network (Llama 3 and 3.1 8B), else the row is ambiguous."""
     key = re.sub(r"[^a-z0-9]", "", arch.lower())
     families = _GGUF_ARCH_FAMILIES.get(key, (key,))
-    near = sorted((abs(entry["params_total_b"] / params_b - 1), model)
+    near = sorted((abs(_language_model_b(entry) / params_b - 1), model)
                   for model, entry in model_index().items()
                   if re.sub(r"[^a-z0-9]", "", str(entry.get("family", "")).lower()) in families
                   and entry.get("params_total_b")
-                  and abs(entry["params_total_b"] / params_b - 1) <= PARAMS_TOLERANCE)
+                  and abs(_language_model_b(entry) / params_b - 1) <= PARAMS_TOLERANCE)
     if not near:
         raise MappingError(f"unknown model '{name}' ({params_b:g} B parameters): no catalog "
                            f"model of family '{arch}' has that many parameters")
@@ -200,6 +195,12 @@ def _model_by_label(arch: str, params_b: float, name: str) -> ModelSpec:
     # the catalog's first entry names it, so a row keeps its name as checkpoints are added.
     order = list(model_index())
     return min(specs, key=lambda spec: order.index(spec.name))
+
+
+def _language_model_b(entry: dict) -> float:
+    """A catalog entry's parameters without its vision tower: what llama-bench counts (a
+    multimodal GGUF keeps the vision encoder in a separate mmproj file)."""
+    return float(entry["params_total_b"]) - float(entry.get("params_vision_b", 0.0))
 
 
 def _network(spec: ModelSpec) -> tuple:
