@@ -11,6 +11,7 @@ import pytest
 from phasewise import estimate
 from phasewise.cost.calibration import load_profile
 from phasewise.errors import InputError
+from phasewise.specs.precision import number_format
 from phasewise.validate.measurements import load_bundled, load_measurements
 from phasewise.validate.run import dataset, fit, holdout, match_source, predict, sources
 from phasewise.validate.scenario import (MappingError, engine_for, parallelism_for,
@@ -92,7 +93,6 @@ def test_a_name_that_is_only_checkpoint_words_still_fails_clearly():
 def test_gguf_i_quants_and_k_quant_mixes_map_to_their_bits(written, bits):
     precision = precision_for(written)
     assert precision.activations == "fp16"
-    from phasewise.specs.precision import number_format
     assert number_format(precision.weights).bits_per_element == pytest.approx(bits, abs=0.01)
 
 
