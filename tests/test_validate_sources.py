@@ -18,7 +18,7 @@ from phasewise.validate.scenario import (MappingError, precision_for, resolve_de
 
 NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv",
              "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv",
-             "llamacpp_pr_cuda.csv", "llamacpp_pr_metal.csv")
+             "llamacpp_pr_cuda.csv", "llamacpp_pr_metal.csv", "llamacpp_m2_ultra.csv")
 
 
 def bundled_row(file: str, record_id: str):
@@ -187,6 +187,25 @@ def test_a_batched_bench_generation_row_is_one_step_of_the_whole_batch():
     assert (s.kind, s.model.name, s.engine.name) == ("decode", "qwen3-30b-a3b", "llama.cpp")
     assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (4096, 32, 16)
     assert s.measured_s == pytest.approx(16 / 162.55)
+
+
+def test_an_m2_ultra_batched_bench_row_is_one_metal_decode_step_of_the_batch():
+    # ggml-org/llama.cpp benches/mac-m2-ultra/mac-m2-ultra.md, llama-batched-bench: gemma3 4B
+    # Q4_0 (3.88 B), PP 512, TG 32, B 8: S_TG = 441.80 t/s, so one step of 8 sequences takes
+    # 8/441.80 s, after 512 cached tokens; -fa 1 and n_ubatch 2048.
+    s = configured_row("llamacpp_m2_ultra.csv", "M2UB-0052")
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "decode", "m2-ultra", "gemma-3-4b", "Q4_0")
+    assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (512, 32, 8)
+    assert s.engine.name == "llama.cpp+flash-attn+ub2048"
+    assert s.measured_s == pytest.approx(8 / 441.80)
+
+
+def test_m2_ultra_rows_without_a_catalog_model_or_format_are_kept_but_excluded():
+    rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_m2_ultra.csv").rows
+    assert {r.model for r in rows if r.exclude} == {"gpt-oss 20B", "gpt-oss 120B",
+                                                     "deepseek2 30B.A3B"}
+    assert len([r for r in rows if not r.exclude]) == 3 * (6 + 12 + 3)
 
 
 def test_a_pull_request_micro_batch_sweep_row_runs_the_prompt_in_its_micro_batches():
