@@ -495,3 +495,38 @@ def test_routed_experts_in_a_block_format_pay_the_dequant_factors_like_dense_gem
         fp16 = build_ledger(model, step, Precision("fp16", "fp16", "fp16"))
         dense = next(op for op in fp16.ops if op.name == "moe.experts")
         assert op_features(dense, rtx, "fp16").dequantized == 0.0
+
+
+def test_llama_cpp_metal_reads_weights_again_for_later_tokens_of_small_batches():
+    """kernel_mul_mv_ext takes r1ptg tokens a threadgroup (2 -> 2, 3 and 6 -> 3, 4, 7 and
+    8 -> 4, 5 -> 5): 6 to 8 tokens read a dense GEMM's weights twice, up to 5 once; over 8
+    tokens the 32-token tiles read them once. Below 32 tokens kernel_mul_mv_id reads each
+    routed expert once per token sent to it: 16 tokens of Qwen3-30B-A3B (128 experts, top
+    8) touch 128·(1 − (120/128)^16) = 82.42 experts with 128 (token, expert) pairs, so the
+    expert weights are read 128 / 82.42 = 1.553 times on average."""
+    from phasewise.cost.calibrated import weight_passes
+
+    m2 = load_hardware("m2-max")
+    rtx = load_hardware("rtx-4090")
+    metal = traits_for(resolve_engine("llama.cpp"), m2)
+    cuda = traits_for(resolve_engine("llama.cpp"), rtx)
+    old = traits_for(configure(resolve_engine("llama.cpp"),
+                               "llama.cpp llama-bench (master, 2023-10-07), Metal backend",
+                               "metal"), m2)
+    dense = load_model("qwen2.5-7b")
+    precision = Precision("Q8_0", "fp16", "fp16")
+    for batch, passes in ((1, 1), (2, 1), (4, 1), (5, 1), (6, 2), (7, 2), (8, 2), (9, 1),
+                          (32, 1)):
+        up = next(op for op in build_ledger(dense, Step.decode(batch, 512), precision).ops
+                  if op.name == "mlp.up")
+        assert weight_passes(up, metal) == passes
+        assert op_features(up, m2, "fp16", metal).memory_bytes == pytest.approx(
+            up.memory_bytes + (passes - 1) * up.weights)
+        assert weight_passes(up, cuda) == 1
+        assert weight_passes(up, old) == 1  # before PR #10491: 32-token tiles from 2 tokens
+    moe = load_model("qwen3-30b-a3b")
+    for batch, passes in ((1, 1.0), (16, 128 / 82.42), (32, 1.0)):
+        experts = next(op for op in build_ledger(moe, Step.decode(batch, 512), precision).ops
+                       if op.name == "moe.experts")
+        assert weight_passes(experts, metal) == pytest.approx(passes, rel=1e-3)
+        assert weight_passes(experts, cuda) == 1.0

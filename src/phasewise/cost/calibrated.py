@@ -31,7 +31,9 @@ from the ledger's FLOPs as FLOPs / (4 · d_head); an engine with its own all-red
 pays its rounds per call (``allreduce_rounds``) instead of the ledger's tree rounds; a
 GEMM whose kernel computes whole tiles of tokens (llama.cpp's routed-expert MMQ tiles,
 ``moe_tile_tokens``; its Metal matrix kernel's 32-token tiles, ``gemm_tile_tokens``) is
-priced at the FLOPs of the tiles, empty columns included.
+priced at the FLOPs of the tiles, empty columns included; a GEMM the engine runs as
+matrix-vector products that stream the weights more than once (llama.cpp's Metal kernels
+for a few tokens, ``weight_passes``) reads its weight bytes that many times.
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
 per call; routed tokens per expert for MoE) against the device's ridge point (peak FLOP/s ÷
@@ -126,6 +128,10 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
           and op.m > traits.gemm_tile_above_tokens):
         tile = traits.gemm_tile_tokens
         flops = op.flops * math.ceil(op.m / tile) * tile / op.m
+    passes = weight_passes(op, traits)
+    if passes > 1:  # a matrix-vector kernel reads the weights again for later tokens
+        memory_bytes += (passes - 1) * weight_bytes
+        weight_bytes *= passes
     intensity = flops / weight_bytes if weight_bytes else 1e30
     peak_factor = traits.gemm_peak_factor if (
         kind in (KIND_GEMM, KIND_ATTENTION) and math_format == "fp16") else 1.0
@@ -133,6 +139,25 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
                       1.0 if dequantized and not buffered else 0.0, 1.0 if unfused else 0.0,
                       serial_bytes, peak_factor, op.network, hops, peak, ridge, bandwidth,
                       link_bw, link_latency)
+
+
+def weight_passes(op: Op, traits: Traits) -> float:
+    """How many times a GEMM's kernel reads its weights from memory: once, unless the
+    engine runs it as matrix-vector products that stream them again for later tokens
+    (``Traits.matvec_tokens_per_pass`` for dense GEMMs of few tokens, ``Traits.
+    moe_matvec_below_tokens`` for routed experts: then each expert is read once per token
+    routed to it, ``op.m`` times on average)."""
+    if op.kind != "gemm" or not op.weights or op.m <= 0:
+        return 1.0
+    if op.expert_load:
+        below = traits.moe_matvec_below_tokens
+        return max(1.0, op.m) if below and op.tokens < below else 1.0
+    table = traits.matvec_tokens_per_pass
+    tokens = math.ceil(op.m)
+    tiled = traits.gemm_tile_tokens and op.m > traits.gemm_tile_above_tokens
+    if not table or tiled or tokens > len(table):
+        return 1.0
+    return float(math.ceil(tokens / table[tokens - 1]))
 
 
 def moe_tile_width(tokens: float, widest: int) -> int:

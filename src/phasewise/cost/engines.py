@@ -32,7 +32,8 @@ VARIANT_SEPARATOR = "+"
 # Traits a table in engines.toml may set.
 ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
                  "attention_score_bytes", "allreduce_rounds", "moe_tile_tokens",
-                 "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens")
+                 "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens",
+                 "matvec_tokens_per_pass", "moe_matvec_below_tokens")
 BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
 _META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
          "before_build")
@@ -70,6 +71,13 @@ class Traits:
     ``gemm_tile_tokens``: dense GEMMs of more than ``gemm_tile_above_tokens`` tokens run
     a matrix-matrix kernel that computes whole tiles of this many tokens (0: the tile
     fits the tokens, as vendor BLAS and tuned kernels choose it).
+    ``matvec_tokens_per_pass``: dense GEMMs of m tokens, m at most the table's length (and
+    not over a tile threshold), run a matrix-vector kernel that streams the weights once
+    for every ``matvec_tokens_per_pass[m - 1]`` tokens: ⌈m / that⌉ passes over the weights
+    (empty: one pass, whatever m).
+    ``moe_matvec_below_tokens``: routed-expert GEMMs of a forward pass with fewer tokens
+    than this run one matrix-vector product per routed (token, expert) pair, each reading
+    its expert's weights: an expert routed x tokens is read x times (0: once).
     """
 
     prefill_ubatch_tokens: int = 0
@@ -81,6 +89,8 @@ class Traits:
     moe_tile_above_tokens: int = 0
     gemm_tile_tokens: int = 0
     gemm_tile_above_tokens: int = 0
+    matvec_tokens_per_pass: tuple[int, ...] = ()
+    moe_matvec_below_tokens: int = 0
 
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -191,7 +201,7 @@ def _trait_pairs(where: str, table: dict[str, Any]) -> Pairs:
     pairs = []
     for key, value in table.items():
         if key in ENGINE_TRAITS:
-            pairs.append((key, value))
+            pairs.append((key, tuple(value) if isinstance(value, list) else value))
         elif key not in _META and not key.endswith("_source"):
             raise InputError(f"{ENGINES_PATH}: [{where}] has unknown trait '{key}'; known: "
                              f"{', '.join(ENGINE_TRAITS)}.")
@@ -304,4 +314,6 @@ def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
         moe_tile_tokens=int(values.get("moe_tile_tokens", 0)),
         moe_tile_above_tokens=int(values.get("moe_tile_above_tokens", 0)),
         gemm_tile_tokens=int(values.get("gemm_tile_tokens", 0)),
-        gemm_tile_above_tokens=int(values.get("gemm_tile_above_tokens", 0)))
+        gemm_tile_above_tokens=int(values.get("gemm_tile_above_tokens", 0)),
+        matvec_tokens_per_pass=tuple(int(t) for t in values.get("matvec_tokens_per_pass", ())),
+        moe_matvec_below_tokens=int(values.get("moe_matvec_below_tokens", 0)))
