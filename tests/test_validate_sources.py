@@ -18,7 +18,8 @@ from phasewise.validate.scenario import (MappingError, precision_for, resolve_de
 
 NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv",
              "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv",
-             "llamacpp_pr_cuda.csv", "llamacpp_pr_metal.csv", "llamacpp_m2_ultra.csv")
+             "llamacpp_pr_cuda.csv", "llamacpp_pr_metal.csv", "llamacpp_m2_ultra.csv",
+             "gb10_matmul_report.csv")
 
 
 def bundled_row(file: str, record_id: str):
@@ -199,6 +200,16 @@ def test_an_m2_ultra_batched_bench_row_is_one_metal_decode_step_of_the_batch():
     assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (512, 32, 8)
     assert s.engine.name == "llama.cpp+flash-attn+ub2048"
     assert s.measured_s == pytest.approx(8 / 441.80)
+
+
+def test_the_gb10_matmul_report_is_a_bf16_ceiling_of_half_the_derived_sheet_figure():
+    # Carmack (X post, October 2025, as quoted): 'about half the quoted performance (assuming
+    # 1 PF sparse FP4 = 125 TF dense BF16)': 62.5 TFLOPS of BF16 matmul on the DGX Spark, a
+    # device ceiling against the catalog's 125 TFLOPS (FP4 1000 sparse / 2 / 4).
+    s = scenario_for(bundled_row("gb10_matmul_report.csv", "CRMK-0001"))
+    assert (s.kind, s.hardware.name) == ("gemm", "dgx-spark")
+    assert s.hardware.peak_flops("bf16") == pytest.approx(125e12)
+    assert 1.0 / s.measured_s == pytest.approx(62.5e12)
 
 
 def test_m2_ultra_rows_without_a_catalog_model_or_format_are_kept_but_excluded():
