@@ -19,7 +19,7 @@ from phasewise.validate.scenario import (MappingError, precision_for, resolve_de
 NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv",
              "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv",
              "llamacpp_pr_cuda.csv", "llamacpp_pr_metal.csv", "llamacpp_m2_ultra.csv",
-             "gb10_matmul_report.csv")
+             "gb10_matmul_report.csv", "llamacpp_cuda_graphs_threads.csv")
 
 
 def bundled_row(file: str, record_id: str):
@@ -210,6 +210,19 @@ def test_the_gb10_matmul_report_is_a_bf16_ceiling_of_half_the_derived_sheet_figu
     assert (s.kind, s.hardware.name) == ("gemm", "dgx-spark")
     assert s.hardware.peak_flops("bf16") == pytest.approx(125e12)
     assert 1.0 / s.measured_s == pytest.approx(62.5e12)
+
+
+def test_the_cuda_graphs_issue_row_is_one_h100_pcie_decode_token_of_llama_2_7b():
+    # ggml-org/llama.cpp issue #6763: llama-2-7b.Q4_K_M on H100-PCIe, -n 128, 143.35 tokens/s
+    # on master (before CUDA graphs), so one token every 1/143.35 s; April 2024 is before
+    # PR #8075, the cuBLAS-fp16 code path.
+    s = scenario_for(bundled_row("llamacpp_cuda_graphs_threads.csv", "LCGR-0001"))
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "decode", "h100-pcie", "llama-2-7b", "Q4_K_M")
+    assert (s.workload.osl, s.workload.batch_size) == (128, 1)
+    assert s.measured_s == pytest.approx(1 / 143.35)
+    rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_cuda_graphs_threads.csv").rows
+    assert {r.record_id for r in rows if r.exclude} == {"LCGR-0003", "LCGR-0005"}  # ./main pp
 
 
 def test_m2_ultra_rows_without_a_catalog_model_or_format_are_kept_but_excluded():
