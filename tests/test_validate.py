@@ -11,6 +11,7 @@ import pytest
 from phasewise import estimate
 from phasewise.cost.calibration import load_profile
 from phasewise.errors import InputError
+from phasewise.report.validate_plot import source_colours
 from phasewise.specs.precision import number_format
 from phasewise.validate.measurements import load_bundled, load_measurements
 from phasewise.validate.run import dataset, fit, holdout, match_source, predict, sources
@@ -227,6 +228,13 @@ def test_json_document_scores_each_source_and_phase_for_both_models(tmp_path):
     assert len(doc["excluded"]) >= 4 and doc["skipped"] == []
     assert (tmp_path / "validate.png").stat().st_size > 0
     assert "<svg" in (tmp_path / "validate.html").read_text()
+
+
+def test_every_bundled_source_gets_a_colour_of_its_own_in_the_scatter_plot():
+    count = len(sources(dataset(load_bundled()).scenarios))
+    assert count > 10  # more sources than one ten-colour palette holds
+    for n in (3, count, 60):
+        assert len(set(source_colours(n))) == n
 
 
 def _readme_table() -> str:

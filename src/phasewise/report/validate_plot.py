@@ -12,6 +12,18 @@ from phasewise.validate.score import prediction_rows
 MARKERS = {"prefill": "o", "decode": "s", "end_to_end": "D", "gemm": "^", "memory_bw": "v"}
 
 
+def source_colours(count: int) -> list[tuple[float, ...]]:
+    """``count`` distinct colours, one per source: matplotlib's tab10 up to ten, then
+    tab20's darker shades before its lighter ones (twenty in all), then tab20b and tab20c
+    (sixty); past that they repeat."""
+    plt = pyplot()
+    tab20 = plt.get_cmap("tab20")
+    palette = [plt.get_cmap("tab10")(i) for i in range(10)] if count <= 10 else \
+        [tab20(i) for i in range(0, 20, 2)] + [tab20(i) for i in range(1, 20, 2)] + \
+        [plt.get_cmap(name)(i) for name in ("tab20b", "tab20c") for i in range(20)]
+    return [tuple(palette[i % len(palette)]) for i in range(count)]
+
+
 def scatter(predictions: Sequence[Prediction], stem: str | Path, *,
             title: str = "phasewise: predicted vs measured") -> tuple[Path, Path]:
     """Calibrated predictions as filled markers, the speed-of-light floor as hollow ones of
@@ -20,10 +32,8 @@ def scatter(predictions: Sequence[Prediction], stem: str | Path, *,
     fig, ax = plt.subplots(figsize=(7.5, 6.5))
     phase_rows = [p for p in predictions if p.phase in ("prefill", "decode", "end_to_end")]
     sources = list(dict.fromkeys(short_source(p.source) for p in phase_rows))
-    colours = plt.get_cmap("tab10")
-    for i, source in enumerate(sources):
+    for source, colour in zip(sources, source_colours(len(sources))):
         rows = [p for p in phase_rows if short_source(p.source) == source]
-        colour = colours(i % 10)
         for phase, marker in MARKERS.items():
             chosen = [p for p in rows if p.phase == phase]
             if not chosen:
