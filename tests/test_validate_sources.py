@@ -216,10 +216,11 @@ def test_the_cuda_graphs_issue_row_is_one_h100_pcie_decode_token_of_llama_2_7b()
     # ggml-org/llama.cpp issue #6763: llama-2-7b.Q4_K_M on H100-PCIe, -n 128, 143.35 tokens/s
     # on master (before CUDA graphs), so one token every 1/143.35 s; April 2024 is before
     # PR #8075, the cuBLAS-fp16 code path.
-    s = scenario_for(bundled_row("llamacpp_cuda_graphs_threads.csv", "LCGR-0001"))
+    s = configured_row("llamacpp_cuda_graphs_threads.csv", "LCGR-0001")
     assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
         "decode", "h100-pcie", "llama-2-7b", "Q4_K_M")
     assert (s.workload.osl, s.workload.batch_size) == (128, 1)
+    assert s.engine.name == "llama.cpp+cublas-fp16"
     assert s.measured_s == pytest.approx(1 / 143.35)
     rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_cuda_graphs_threads.csv").rows
     assert {r.record_id for r in rows if r.exclude} == {"LCGR-0003", "LCGR-0005"}  # ./main pp
