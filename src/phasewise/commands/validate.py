@@ -30,6 +30,11 @@ def validate(
     rows: bool = typer.Option(False, "--rows", help="Print every row, not the summary."),
     plot: Optional[Path] = typer.Option(
         None, "--plot", help="Write the predicted-vs-measured scatter (PNG and HTML) to DIR."),
+    why: Optional[list[str]] = typer.Option(
+        None, "--why",
+        help="Explain this row (record id, repeatable): its scenario, the estimate command "
+             "that reproduces it, its time by cause and each constant with the profile level "
+             "it came from, under the fit the other options choose."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
 ) -> None:
     """Accuracy per source and phase, calibrated model and speed of light side by side."""
@@ -43,6 +48,10 @@ def validate(
         raise InputError("choose one of --holdout-source, --leave-one-source-out, --refit and "
                          "--calibration.")
     files = [load_measurements(p) for p in measurements] if measurements else load_bundled()
+    if why:
+        _why(files, why, fmt, holdout_source=holdout_source,
+             leave_one_source_out=leave_one_source_out, refit=refit, calibration=calibration)
+        return
     outcome = run_validation(files, holdout_source=holdout_source,
                              leave_one_source_out=leave_one_source_out, refit=refit,
                              calibration=calibration, write_calibration=write_calibration)
@@ -55,6 +64,22 @@ def validate(
         sys.stderr.write(f"wrote {png} and {html}\n")
     for line in outcome.summary_lines():
         sys.stderr.write(line + "\n")
+
+
+def _why(files, ids: list[str], fmt: str, **mode) -> None:  # noqa: ANN001, ANN003
+    from phasewise.report.output import to_json
+    from phasewise.validate.outcome import explain_rows
+
+    traces = explain_rows(files, ids, **mode)
+    if fmt == "json":
+        echo(to_json([t.document() for t in traces]))
+        return
+    if fmt in ("csv", "md"):
+        from phasewise.errors import InputError
+
+        raise InputError("--why prints text or json; use --format table or --format json.")
+    for t in traces:
+        echo("\n".join(t.lines()))
 
 
 def _render(outcome, fmt: str, rows: bool) -> None:  # noqa: ANN001 - a ValidationOutcome

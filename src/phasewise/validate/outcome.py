@@ -14,6 +14,7 @@ from phasewise.validate.run import Prediction, dataset, fit, holdout, in_sample
 from phasewise.validate.run import leave_one_source_out as every_source_held_out
 from phasewise.validate.run import match_source, short_source, sources
 from phasewise.validate.score import Score, prediction_rows, score, score_rows
+from phasewise.validate.trace import RowTrace, find_scenarios, trace
 
 SCHEMA_VERSION = 1
 
@@ -88,6 +89,31 @@ def run_validation(files: Sequence[MeasurementFile], *, holdout_source: str | No
         predictions = in_sample(scenarios, profile)
     return ValidationOutcome(mode, predictions, score(predictions), data.skipped, data.excluded,
                              data.unknown_columns, notes)
+
+
+def explain_rows(files: Sequence[MeasurementFile], ids: Sequence[str], *,
+                 holdout_source: str | None = None, leave_one_source_out: bool = False,
+                 refit: bool = False, calibration: str | None = None) -> list[RowTrace]:
+    """``ids`` explained under the fit the mode chooses: the bundled (or a given) profile,
+    an in-sample refit, the fit without ``holdout_source``, or, leaving each source out,
+    the fit without the row's own source (what the leave-one-source-out table scores)."""
+    scenarios = dataset(files).scenarios
+    chosen = find_scenarios(scenarios, ids)
+    if leave_one_source_out or holdout_source:
+        held = (match_source(holdout_source, sources(scenarios)) if holdout_source else None)
+        fits: dict[str, object] = {}
+        traces = []
+        for s in chosen:
+            source = held or s.source
+            if source not in fits:
+                fits[source] = fit([x for x in scenarios if x.source != source],
+                                   name=f"without {short_source(source)}").profile
+            traces.append(trace(s, fits[source], in_memory=True))
+        return traces
+    if refit:
+        profile = fit(scenarios, name="in-sample refit").profile
+        return [trace(s, profile, in_memory=True) for s in chosen]
+    return [trace(s, load_profile(calibration), calibration=calibration) for s in chosen]
 
 
 def _fit_record(scenarios, result) -> dict:  # noqa: ANN001

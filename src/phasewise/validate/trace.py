@@ -1,0 +1,167 @@
+"""Why one row is predicted as it is: its scenario, the command that reproduces it, each
+constant with the level of the profile it came from, and its time by cause.
+
+``phasewise validate --why RECORD_ID`` prints this; the causes are the row's passes priced
+exactly as ``estimate`` and the fit price them (``run.scenario_steps``), so they add up to
+the predicted time.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Sequence
+
+from phasewise.cost.base import math_format_for
+from phasewise.cost.calibrated import Calibrated, op_features, priced_parts
+from phasewise.cost.calibration import Profile, level_keys, parameter_defs, resolve_engine
+from phasewise.errors import InputError
+from phasewise.ledger import build_ledger
+from phasewise.validate.run import (CEILING_KINDS, Prediction, predict, scenario_steps,
+                                    short_source)
+from phasewise.validate.scenario import Scenario
+
+# The causes a row's time splits into: each operator counts max(compute, memory) as
+# whichever bounds it, then its serial kernels, collectives and fixed overheads.
+CAUSES = ("compute", "memory", "serial", "network", "overhead")
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantUse:
+    """One constant as the row's cost model resolved it."""
+
+    name: str
+    value: float
+    unit: str
+    level: str  # its profile key ("device:h100-sxm", "class:...", "global") or "prior"
+    rows: int  # rows the fitted level was fitted to (0: prior or not recorded)
+
+
+@dataclass(frozen=True, slots=True)
+class RowTrace:
+    scenario: Scenario
+    prediction: Prediction
+    profile: str
+    command: str
+    constants: tuple[ConstantUse, ...]
+    causes: dict[str, float]  # seconds of the predicted time (the measured unit's time)
+    in_memory: bool = False  # a fit no file holds: the command shows the bundled profile
+
+    def document(self) -> dict:
+        p = self.prediction
+        return {"record_id": p.record_id, "source": p.source, "phase": p.phase,
+                "hardware": p.hardware, "model": p.model, "engine": p.engine,
+                "metric": p.metric, "unit": p.unit, "measured": p.measured,
+                "predicted": p.predicted, "floor": p.floor, "error": p.error,
+                "floor_error": p.floor_error, "profile": self.profile,
+                "command": self.command, "command_uses_this_fit": not self.in_memory,
+                "causes_s": dict(self.causes),
+                "constants": [{"name": c.name, "value": c.value, "unit": c.unit,
+                               "level": c.level, "rows": c.rows} for c in self.constants]}
+
+    def lines(self) -> list[str]:
+        s, p = self.scenario, self.prediction
+        out = [f"{s.record_id} ({short_source(s.source)}): {s.metric} = {s.value:g} {s.unit}",
+               f"  device {s.hardware.name} ({s.hardware.device_class}), "
+               + (f"model {s.model.name}, " if s.model else "")
+               + (f"engine {s.engine.name}, " if s.engine else "")
+               + f"weights {s.precision.weights} / act {s.precision.activations} / "
+                 f"KV {s.precision.kv_cache}, TP{s.parallelism.tp} PP{s.parallelism.pp} "
+                 f"EP{s.parallelism.ep}",
+               f"  measured {p.measured:.4g}, expected {p.predicted:.4g} ({p.error:+.1%} in "
+               f"time), speed of light {p.floor:.4g} ({p.floor_error:+.1%}); profile "
+               f"'{self.profile}'"]
+        if self.command and self.in_memory:
+            out.append(f"  same scenario (bundled profile, not this fit): {self.command}")
+        elif self.command:
+            out.append(f"  reproduce: {self.command}")
+        total = sum(self.causes.values())
+        if total > 0:
+            shares = ", ".join(f"{k} {v * 1e3:.3g} ms ({v / total:.0%})"
+                               for k, v in self.causes.items() if v > 0)
+            out.append(f"  expected time by cause: {shares}")
+        out.append("  constants (value, the profile level it came from, rows fitted):")
+        for c in self.constants:
+            fitted = f", {c.rows} rows" if c.rows else ""
+            out.append(f"    {c.name:26s} {c.value:<12.4g} {c.level}{fitted}")
+        return out
+
+
+def find_scenarios(scenarios: Sequence[Scenario], ids: Sequence[str]) -> list[Scenario]:
+    """The scenarios of ``ids`` (record ids, case-insensitive), in the order given."""
+    by_id = {s.record_id.lower(): s for s in scenarios}
+    missing = [i for i in ids if i.lower() not in by_id]
+    if missing:
+        raise InputError(f"--why: no scored row has record id {', '.join(missing)}; "
+                         "`phasewise validate --rows` lists them (excluded and skipped rows "
+                         "are not scored).")
+    return [by_id[i.lower()] for i in ids]
+
+
+def trace(scenario: Scenario, profile: Profile, *, calibration: str | None = None,
+          in_memory: bool = False) -> RowTrace:
+    """Explain ``scenario``'s prediction under ``profile``; ``calibration`` is the profile
+    file the reproducing command should name (None: the bundled one); ``in_memory`` says
+    the profile is a fit no file holds (a held-out fold, a refit)."""
+    prediction = predict(scenario, profile)
+    cost = Calibrated.for_device(scenario.hardware, engine=scenario.engine, calibration=profile)
+    constants = tuple(_constant_uses(scenario, profile, cost))
+    causes = dict.fromkeys(CAUSES, 0.0)
+    command = ""
+    if scenario.kind not in CEILING_KINDS:
+        ubatch = cost.traits.prefill_ubatch_tokens
+        for weight, step in scenario_steps(scenario, ubatch):
+            ledger = build_ledger(scenario.model, step, scenario.precision, scenario.parallelism)
+            for key, seconds in _step_causes(cost, ledger, scenario.hardware).items():
+                causes[key] += weight * seconds
+        command = estimate_command(scenario, calibration)
+    else:
+        causes["compute" if scenario.kind == "gemm" else "memory"] = prediction.predicted_s
+    return RowTrace(scenario, prediction, profile.name, command, constants, causes, in_memory)
+
+
+def _step_causes(cost: Calibrated, ledger, hardware) -> dict[str, float]:  # noqa: ANN001
+    """One pass's time by cause, priced with the same parts ``Calibrated.step_time`` sums."""
+    causes = dict.fromkeys(CAUSES, 0.0)
+    for op in ledger.ops:
+        features = op_features(op, hardware, math_format_for(op, ledger.math_format),
+                               cost.traits)
+        p = priced_parts(features, cost.constants)
+        causes["compute" if p.compute_s > p.memory_s else "memory"] += max(p.compute_s,
+                                                                           p.memory_s)
+        causes["serial"] += p.serial_s
+        causes["network"] += p.network_s
+        causes["overhead"] += p.overhead_s
+    c = cost.constants
+    causes["overhead"] += c.step_overhead_s + (c.parallel_step_overhead_s
+                                               if ledger.devices > 1 else 0.0)
+    return causes
+
+
+def _constant_uses(scenario: Scenario, profile: Profile, cost: Calibrated) -> list[ConstantUse]:
+    engine = scenario.engine if scenario.engine is not None else resolve_engine(None)
+    uses = []
+    for name, parameter in parameter_defs().items():
+        level = next((key for key in level_keys(scenario.hardware, engine, parameter)
+                      if name in profile.values.get(key, {})), "prior")
+        record = profile.records.get(level, {}).get(name, {}) if level != "prior" else {}
+        uses.append(ConstantUse(name, float(getattr(cost.constants, name)), parameter.unit,
+                                level, int(record.get("rows", 0) or 0)))
+    return uses
+
+
+def estimate_command(scenario: Scenario, calibration: str | None) -> str:
+    """The ``phasewise estimate`` call whose headline figure is this row's prediction."""
+    w, prec, par = scenario.workload, scenario.precision, scenario.parallelism
+    args = ["phasewise", "estimate", "-m", scenario.model.name, "-H", scenario.hardware.name,
+            "--isl", str(w.isl), "--osl", str(w.osl), "-b", str(w.batch_size),
+            "--weight-dtype", prec.weights, "--act-dtype", prec.activations,
+            "--kv-dtype", prec.kv_cache, "--tp", str(par.tp), "--pp", str(par.pp),
+            "--ep", str(par.ep), "--cost", "calibrated"]
+    if prec.kv_keep != 1.0:
+        args += ["--kv-keep", f"{prec.kv_keep:g}"]
+    if scenario.engine is not None:
+        args += ["--engine", scenario.engine.name]
+    if calibration:
+        args += ["--calibration", calibration]
+    return " ".join(shlex.quote(a) for a in args)

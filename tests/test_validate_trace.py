@@ -1,0 +1,109 @@
+"""`phasewise validate --why`: one row's prediction taken apart."""
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from phasewise.cost.calibration import Profile, load_profile, parameter_defs
+from phasewise.errors import InputError
+from phasewise.validate.measurements import load_bundled
+from phasewise.validate.run import dataset, holdout, match_source, predict, sources
+from phasewise.validate.trace import find_scenarios, trace
+
+# One row of each shape the causes must add up over: a llama.cpp prompt in micro-batches
+# through the dequant buffer (serial bytes), a Metal decode, a TP8 decode with collectives,
+# a batched MoE decode, a server TTFT, an end-to-end batch latency, and a device ceiling.
+ROWS = ("LPCU-0014", "LCPP-0362", "PHPR-0022", "SPRK-0012", "LIB-T011", "LIB-E001",
+        "GEMM-0001")
+
+
+def run(*args, check=True):
+    result = subprocess.run([sys.executable, "-m", "phasewise", *args], capture_output=True,
+                            text=True, timeout=300)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def scenarios():
+    return dataset(load_bundled()).scenarios
+
+
+def test_the_causes_add_up_to_the_predicted_time(scenarios):
+    profile = load_profile()
+    for s in find_scenarios(scenarios, ROWS):
+        t = trace(s, profile)
+        assert sum(t.causes.values()) == pytest.approx(predict(s, profile).predicted_s,
+                                                       rel=1e-9), s.record_id
+
+
+def test_a_dequant_buffer_prompt_shows_its_conversion_as_serial_time(scenarios):
+    # LPCU-0014 runs the pre-PR #8075 CUDA path: 64-token micro-batches convert the Q4_K_S
+    # weights to fp16 first, a kernel of its own, so part of its time is serial memory.
+    (s,) = find_scenarios(scenarios, ["LPCU-0014"])
+    assert trace(s, load_profile()).causes["serial"] > 0
+    (m1,) = find_scenarios(scenarios, ["LCPP-0362"])  # a decode step converts nothing
+    assert trace(m1, load_profile()).causes["serial"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_each_constant_names_the_profile_level_it_came_from(scenarios):
+    (s,) = find_scenarios(scenarios, ["LCPP-0362"])  # an M1 Max under llama.cpp (Metal)
+    profile = Profile(name="hand", values={
+        "device:m1-max": {"gemm_fraction": 0.5},
+        "class:apple_gpu": {"gemm_fraction": 0.9, "bandwidth_fraction": 0.7},
+        "engine:llama.cpp/class:apple_gpu": {"kernel_overhead_s": 3e-6},
+        "engine:llama.cpp": {"kernel_overhead_s": 9e-6, "step_overhead_s": 1e-4},
+        "global": {"step_overhead_s": 2e-4}})
+    used = {c.name: c for c in trace(s, profile).constants}
+    assert (used["gemm_fraction"].value, used["gemm_fraction"].level) == (0.5, "device:m1-max")
+    assert (used["bandwidth_fraction"].value,
+            used["bandwidth_fraction"].level) == (0.7, "class:apple_gpu")
+    assert (used["kernel_overhead_s"].value,
+            used["kernel_overhead_s"].level) == (3e-6, "engine:llama.cpp/class:apple_gpu")
+    assert (used["step_overhead_s"].value, used["step_overhead_s"].level) == (1e-4,
+                                                                              "engine:llama.cpp")
+    prior = parameter_defs()["link_efficiency"].prior
+    assert (used["link_efficiency"].value, used["link_efficiency"].level) == (prior, "prior")
+
+
+def test_the_printed_command_reproduces_the_rows_prediction(scenarios):
+    profile = load_profile()
+    for record, key in (("LCPP-0362", "tpot_s"), ("LPCU-0014", "ttft_s"), ("PHPR-0022", "tpot_s")):
+        (s,) = find_scenarios(scenarios, [record])
+        t = trace(s, profile)
+        args = shlex.split(t.command)
+        assert args[:2] == ["phasewise", "estimate"]
+        shown = json.loads(run(*args[1:], "--format", "json").stdout)
+        assert shown[key] == pytest.approx(t.prediction.predicted_s, rel=1e-9), record
+
+
+def test_why_under_a_held_out_source_is_that_folds_prediction(scenarios):
+    source = match_source("Splitwise", sources(scenarios))
+    expected = {p.record_id: p for p in holdout(scenarios, source)[0]}["PHPR-0022"]
+    result = run("validate", "--why", "PHPR-0022", "--holdout-source", "Splitwise",
+                 "--format", "json")
+    (shown,) = json.loads(result.stdout)
+    assert shown["predicted"] == pytest.approx(expected.predicted, rel=1e-9)
+    assert shown["profile"] == "without Splitwise" and not shown["command_uses_this_fit"]
+    assert sum(shown["causes_s"].values()) == pytest.approx(expected.predicted_s, rel=1e-9)
+
+
+def test_why_prints_the_row_its_command_and_its_constants():
+    result = run("validate", "--why", "lcpp-0362")
+    text = result.stdout
+    assert "LCPP-0362" in text and "m1-max" in text and "Q4_K_M" in text
+    assert "reproduce: phasewise estimate -m llama-3-8b -H m1-max" in text
+    assert "bandwidth_fraction" in text and "device:m1-max" in text
+
+
+def test_an_unknown_record_id_is_one_line_and_exit_2(scenarios):
+    with pytest.raises(InputError, match="NOPE-1"):
+        find_scenarios(scenarios, ["NOPE-1"])
+    result = run("validate", "--why", "NOPE-1", check=False)
+    assert result.returncode == 2
+    assert "NOPE-1" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
