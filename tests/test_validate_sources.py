@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from phasewise.cost.calibrated import Calibrated
 from phasewise.validate import scenario as scenario_module
 from phasewise.validate.measurements import MEASUREMENTS_DIR, load_measurements
 from phasewise.validate.run import dataset
@@ -244,6 +245,24 @@ def test_a_pull_request_micro_batch_sweep_row_runs_the_prompt_in_its_micro_batch
     configured = configured_row("llamacpp_pr_cuda.csv", "LPCU-0004")
     assert configured.engine.name == "llama.cpp+cublas-fp16+ub16"
     assert configured.engine.prefill_ubatch_tokens == 16
+
+
+def test_pr_7860_master_rows_ran_mmq_at_every_micro_batch_size():
+    # PR #7860 (June 2024), RTX 4090, llama 8B Q4_K_S, micro-batch 64, pp2048 = 3387.63 t/s
+    # on master. Master's default for a micro-batch over 32 tokens converted the weights to
+    # fp16 and ran cuBLAS: at least the fp16 copy written and read back, 2 + 2 bytes for
+    # each of Llama 3 8B's 6.98e9 converted weights (8.03e9 less the 128256 x 4096 embedding
+    # and output matrices), which takes longer at the RTX 4090's 1008 GB/s than the whole
+    # measured micro-batch. So the figures are the PR's 'vs. master MMQ' table: MMQ
+    # throughout, no fp16 copy.
+    converted = 8.03e9 - 2 * 128256 * 4096
+    assert converted * (2 + 2) / 1008e9 > 64 / 3387.63
+    s = configured_row("llamacpp_pr_cuda.csv", "LPCU-0014")
+    assert s.engine.name == "llama.cpp+cublas-fp16+force-mmq+ub64"
+    traits = Calibrated.for_device(s.hardware, engine=s.engine).traits
+    assert traits.dequant_buffer_above_tokens == 0
+    assert configured_row("llamacpp_pr_cuda.csv", "LPCU-0006").engine.name == \
+        "llama.cpp+cublas-fp16+ub64"  # PR #7716's table: the default code path
 
 
 def test_a_2023_metal_prompt_of_four_tokens_is_one_prompt_on_the_m2():

@@ -2,12 +2,13 @@
 
 import json
 import shlex
+from dataclasses import replace
 import subprocess
 import sys
 
 import pytest
 
-from phasewise.cost.calibration import Profile, load_profile, parameter_defs
+from phasewise.cost.calibration import Profile, load_profile, parameter_defs, resolve_engine
 from phasewise.errors import InputError
 from phasewise.validate.measurements import load_bundled
 from phasewise.validate.run import dataset, holdout, match_source, predict, sources
@@ -42,12 +43,20 @@ def test_the_causes_add_up_to_the_predicted_time(scenarios):
 
 
 def test_a_dequant_buffer_prompt_shows_its_conversion_as_serial_time(scenarios):
-    # LPCU-0014 runs the pre-PR #8075 CUDA path: 64-token micro-batches convert the Q4_K_S
-    # weights to fp16 first, a kernel of its own, so part of its time is serial memory.
+    # LPCU-0014: 2048 prompt tokens of Llama 3 8B Q4_K_S in 32 micro-batches of 64 on an
+    # RTX 4090, MMQ throughout (PR #7860's 'vs. master MMQ'). Priced on master's default
+    # path instead, each micro-batch first writes an fp16 copy of the 6.98e9 converted
+    # weights (8.03e9 less the embedding and output matrices) in a kernel of its own:
+    # serial time of at least 32 x 6.98e9 x 2 bytes at the sheet's 1008 GB/s.
     (s,) = find_scenarios(scenarios, ["LPCU-0014"])
-    assert trace(s, load_profile()).causes["serial"] > 0
-    (m1,) = find_scenarios(scenarios, ["LCPP-0362"])  # a decode step converts nothing
-    assert trace(m1, load_profile()).causes["serial"] == pytest.approx(0.0, abs=1e-4)
+    profile = load_profile()
+    mmq = trace(s, profile)
+    buffered = trace(replace(s, engine=resolve_engine("llama.cpp+cublas-fp16+ub64")), profile)
+    converted = 8.03e9 - 2 * 128256 * 4096
+    assert buffered.causes["serial"] - mmq.causes["serial"] >= 32 * converted * 2 / 1008e9
+    assert sum(buffered.causes.values()) == pytest.approx(
+        predict(replace(s, engine=resolve_engine("llama.cpp+cublas-fp16+ub64")),
+                profile).predicted_s, rel=1e-9)
 
 
 def test_each_constant_names_the_profile_level_it_came_from(scenarios):
