@@ -20,7 +20,8 @@ from phasewise.validate.scenario import (MappingError, precision_for, resolve_de
 NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv",
              "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv",
              "llamacpp_pr_cuda.csv", "llamacpp_pr_metal.csv", "llamacpp_m2_ultra.csv",
-             "gb10_matmul_report.csv", "llamacpp_cuda_graphs_threads.csv")
+             "gb10_matmul_report.csv", "llamacpp_cuda_graphs_threads.csv",
+             "torch_performance_test_data.csv")
 
 
 def bundled_row(file: str, record_id: str):
@@ -225,6 +226,25 @@ def test_the_cuda_graphs_issue_row_is_one_h100_pcie_decode_token_of_llama_2_7b()
     assert s.measured_s == pytest.approx(1 / 143.35)
     rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_cuda_graphs_threads.csv").rows
     assert {r.record_id for r in rows if r.exclude} == {"LCGR-0003", "LCGR-0005"}  # ./main pp
+
+
+def test_the_community_matmul_table_rows_are_bf16_ceilings_of_one_catalog_sheet():
+    # zzc0721/torch-performance-test-data: Charming's RTX 4090 24GB, best torch.mm of
+    # 170.06 TFLOPS in bf16, over the sheet's 165.2 (fp32 accumulate, rated boost clock):
+    # a device ceiling, 1 / 170.06e12 s per FLOP
+    s = configured_row("torch_performance_test_data.csv", "TPTD-0018")
+    mamf = configured_row("public_measurements.csv", "GEMM-0001")  # a MAMF BF16 row
+    assert (s.kind, s.hardware.name, s.math_format) == ("gemm", "rtx-4090", mamf.math_format)
+    assert s.measured_s == pytest.approx(1 / 170.06e12)
+    rows = load_measurements(MEASUREMENTS_DIR / "torch_performance_test_data.csv").rows
+    kept = [r for r in rows if not r.exclude]
+    assert len(rows) == 55 and len(kept) == 21
+    assert all(r.weight_dtype == "BF16" and r.metric == "max_achievable_matmul_tflops"
+               for r in rows)
+    # laptops, modded boards, regional and ambiguous variants, parts without bf16 matrix units
+    reasons = {r.record_id: r.exclude for r in rows if r.exclude}
+    assert "laptop" in reasons["TPTD-0005"] and "48 GB" in reasons["TPTD-0006"]
+    assert "SXM or" in reasons["TPTD-0054"] and "Volta" in reasons["TPTD-0002"]
 
 
 def test_m2_ultra_rows_without_a_catalog_model_or_format_are_kept_but_excluded():
