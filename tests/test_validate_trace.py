@@ -3,8 +3,6 @@
 import json
 import shlex
 from dataclasses import replace
-import subprocess
-import sys
 
 import pytest
 
@@ -19,14 +17,6 @@ from phasewise.validate.trace import find_scenarios, trace
 # a batched MoE decode, a server TTFT, an end-to-end batch latency, and a device ceiling.
 ROWS = ("LPCU-0014", "LCPP-0362", "PHPR-0022", "SPRK-0012", "LIB-T011", "LIB-E001",
         "GEMM-0001")
-
-
-def run(*args, check=True):
-    result = subprocess.run([sys.executable, "-m", "phasewise", *args], capture_output=True,
-                            text=True, timeout=300)
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -79,21 +69,21 @@ def test_each_constant_names_the_profile_level_it_came_from(scenarios):
     assert (used["link_efficiency"].value, used["link_efficiency"].level) == (prior, "prior")
 
 
-def test_the_printed_command_reproduces_the_rows_prediction(scenarios):
+def test_the_printed_command_reproduces_the_rows_prediction(scenarios, phasewise_cli):
     profile = load_profile()
     for record, key in (("LCPP-0362", "tpot_s"), ("LPCU-0014", "ttft_s"), ("PHPR-0022", "tpot_s")):
         (s,) = find_scenarios(scenarios, [record])
         t = trace(s, profile)
         args = shlex.split(t.command)
         assert args[:2] == ["phasewise", "estimate"]
-        shown = json.loads(run(*args[1:], "--format", "json").stdout)
+        shown = json.loads(phasewise_cli(*args[1:], "--format", "json").stdout)
         assert shown[key] == pytest.approx(t.prediction.predicted_s, rel=1e-9), record
 
 
-def test_why_under_a_held_out_source_is_that_folds_prediction(scenarios):
+def test_why_under_a_held_out_source_is_that_folds_prediction(scenarios, phasewise_cli):
     source = match_source("Splitwise", sources(scenarios))
     expected = {p.record_id: p for p in holdout(scenarios, source)[0]}["PHPR-0022"]
-    result = run("validate", "--why", "PHPR-0022", "--holdout-source", "Splitwise",
+    result = phasewise_cli("validate", "--why", "PHPR-0022", "--holdout-source", "Splitwise",
                  "--format", "json")
     (shown,) = json.loads(result.stdout)
     assert shown["predicted"] == pytest.approx(expected.predicted, rel=1e-9)
@@ -101,18 +91,25 @@ def test_why_under_a_held_out_source_is_that_folds_prediction(scenarios):
     assert sum(shown["causes_s"].values()) == pytest.approx(expected.predicted_s, rel=1e-9)
 
 
-def test_why_prints_the_row_its_command_and_its_constants():
-    result = run("validate", "--why", "lcpp-0362")
+def test_why_prints_the_row_its_command_and_its_constants(phasewise_cli):
+    result = phasewise_cli("validate", "--why", "lcpp-0362")
     text = result.stdout
     assert "LCPP-0362" in text and "m1-max" in text and "Q4_K_M" in text
     assert "reproduce: phasewise estimate -m llama-3-8b -H m1-max" in text
     assert "bandwidth_fraction" in text and "device:m1-max" in text
 
 
-def test_an_unknown_record_id_is_one_line_and_exit_2(scenarios):
+def test_an_unknown_record_id_is_one_line_and_exit_2(scenarios, phasewise_cli):
     with pytest.raises(InputError, match="NOPE-1"):
         find_scenarios(scenarios, ["NOPE-1"])
-    result = run("validate", "--why", "NOPE-1", check=False)
+    result = phasewise_cli("validate", "--why", "NOPE-1", check=False)
     assert result.returncode == 2
     assert "NOPE-1" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_why_with_a_table_format_or_another_output_is_a_clear_error(phasewise_cli):
+    for extra in (["--format", "csv"], ["--rows"], ["--plot", "out"]):
+        result = phasewise_cli("validate", "--why", "LCPP-0362", *extra, check=False)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, extra
+        assert "--why" in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -49,6 +49,11 @@ def validate(
                          "--calibration.")
     files = [load_measurements(p) for p in measurements] if measurements else load_bundled()
     if why:
+        if write_calibration is not None or plot is not None or rows:
+            from phasewise.errors import InputError
+
+            raise InputError("--why explains rows on its own; drop --write-calibration, --plot "
+                             "and --rows, or run them without --why.")
         _why(files, why, fmt, holdout_source=holdout_source,
              leave_one_source_out=leave_one_source_out, refit=refit, calibration=calibration)
         return
@@ -70,14 +75,14 @@ def _why(files, ids: list[str], fmt: str, **mode) -> None:  # noqa: ANN001, ANN0
     from phasewise.report.output import to_json
     from phasewise.validate.outcome import explain_rows
 
-    traces = explain_rows(files, ids, **mode)
-    if fmt == "json":
-        echo(to_json([t.document() for t in traces]))
-        return
     if fmt in ("csv", "md"):
         from phasewise.errors import InputError
 
         raise InputError("--why prints text or json; use --format table or --format json.")
+    traces = explain_rows(files, ids, **mode)
+    if fmt == "json":
+        echo(to_json([t.document() for t in traces]))
+        return
     for t in traces:
         echo("\n".join(t.lines()))
 
