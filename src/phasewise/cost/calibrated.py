@@ -286,20 +286,23 @@ class Calibrated:
         _RESOLVED[key] = (profile, model)
         return model
 
+    def op_parts(self, op: Op, hardware: HardwareSpec, math_format: str) -> Parts:
+        """The operator's time by cause (``priced_parts`` with this engine and device)."""
+        return priced_parts(op_features(op, hardware, math_format, self.traits), self.constants)
+
     def op_time(self, op: Op, hardware: HardwareSpec, math_format: str) -> Timing:
-        p = priced_parts(op_features(op, hardware, math_format, self.traits), self.constants)
-        memory_s = p.memory_s + p.serial_s
-        parts = {"compute": p.compute_s, "memory": memory_s, "network": p.network_s,
-                 "overhead": p.overhead_s}
-        bound = max(parts, key=parts.__getitem__)
-        return Timing(p.time(), p.compute_s, memory_s, p.network_s, p.overhead_s, bound,
-                      op.flops, op.memory_bytes, op.network)
+        return _timing(op, self.op_parts(op, hardware, math_format))
+
+    def step_fixed_s(self, ledger: Ledger) -> float:
+        """A forward pass's fixed time: the step overhead, and the parallel one on more
+        than one device."""
+        c = self.constants
+        return c.step_overhead_s + (c.parallel_step_overhead_s if ledger.devices > 1 else 0.0)
 
     def step_time(self, ledger: Ledger, hardware: HardwareSpec) -> StepTiming:
         priced = tuple((op, self.op_time(op, hardware, math_format_for(op, ledger.math_format)))
                        for op in ledger.ops)
-        step_s = self.constants.step_overhead_s + (
-            self.constants.parallel_step_overhead_s if ledger.devices > 1 else 0.0)
+        step_s = self.step_fixed_s(ledger)
         overhead = Timing(step_s, 0.0, 0.0, 0.0, step_s, "overhead", 0.0, 0.0, 0.0)
         return StepTiming(sum_timings([t for _, t in priced] + [overhead]), priced)
 
@@ -308,6 +311,17 @@ class Calibrated:
         engine's micro-batch (llama.cpp's n_ubatch) is split into consecutive chunks, each
         attending to the chunks before it; other steps run as they are."""
         return split_prefill(step, self.traits.prefill_ubatch_tokens)
+
+
+def _timing(op: Op, p: Parts) -> Timing:
+    """An operator's Timing from its parts: memory includes its serial kernels, and the
+    bound is the largest part."""
+    memory_s = p.memory_s + p.serial_s
+    parts = {"compute": p.compute_s, "memory": memory_s, "network": p.network_s,
+             "overhead": p.overhead_s}
+    bound = max(parts, key=parts.__getitem__)
+    return Timing(p.time(), p.compute_s, memory_s, p.network_s, p.overhead_s, bound,
+                  op.flops, op.memory_bytes, op.network)
 
 
 def split_prefill(step: Step, ubatch_tokens: int) -> tuple[Step, ...]:

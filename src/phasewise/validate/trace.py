@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from phasewise.cost.base import math_format_for
-from phasewise.cost.calibrated import Calibrated, op_features, priced_parts
+from phasewise.cost.calibrated import Calibrated
 from phasewise.cost.calibration import Profile, level_keys, parameter_defs, resolve_engine
 from phasewise.errors import InputError
 from phasewise.ledger import build_ledger
@@ -121,20 +121,16 @@ def trace(scenario: Scenario, profile: Profile, *, calibration: str | None = Non
 
 
 def _step_causes(cost: Calibrated, ledger, hardware) -> dict[str, float]:  # noqa: ANN001
-    """One pass's time by cause, priced with the same parts ``Calibrated.step_time`` sums."""
+    """One pass's time by cause, from the same parts ``Calibrated.step_time`` sums."""
     causes = dict.fromkeys(CAUSES, 0.0)
     for op in ledger.ops:
-        features = op_features(op, hardware, math_format_for(op, ledger.math_format),
-                               cost.traits)
-        p = priced_parts(features, cost.constants)
+        p = cost.op_parts(op, hardware, math_format_for(op, ledger.math_format))
         causes["compute" if p.compute_s > p.memory_s else "memory"] += max(p.compute_s,
                                                                            p.memory_s)
         causes["serial"] += p.serial_s
         causes["network"] += p.network_s
         causes["overhead"] += p.overhead_s
-    c = cost.constants
-    causes["overhead"] += c.step_overhead_s + (c.parallel_step_overhead_s
-                                               if ledger.devices > 1 else 0.0)
+    causes["overhead"] += cost.step_fixed_s(ledger)
     return causes
 
 
