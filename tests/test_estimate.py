@@ -90,3 +90,28 @@ def test_throughput_identities():
     assert est.e2el_s == pytest.approx(est.ttft_s + 127 * est.tpot_s)
     assert est.tokens_per_s == pytest.approx(8 * 128 / est.e2el_s)
     assert est.tokens_per_s_per_user == pytest.approx(1 / est.tpot_s)
+
+
+def test_detail_lists_each_calibrated_constant_with_the_level_it_came_from(phasewise_cli):
+    from phasewise.cost.calibrated import Calibrated
+    from phasewise.cost.calibration import parameter_defs
+
+    estimate = phasewise.estimate
+    est = estimate("llama-3-8b", "rtx-4090", precision=Precision("Q4_K_M", "fp16", "fp16"),
+                   detail=True, engine="llama.cpp")
+    used = {c.name: c for c in est.constants}
+    assert list(used) == list(parameter_defs())  # every constant, in the file's order
+    resolved = Calibrated.for_device(load_hardware("rtx-4090"), engine="llama.cpp").constants
+    assert all(used[n].value == getattr(resolved, n) for n in used)
+    assert used["gemm_fraction"].level == "device:rtx-4090"  # its own matmul ceilings
+    assert used["kernel_overhead_s"].level.startswith("engine:llama.cpp")
+    # No bundled measurement names an RTX A4000: it takes its class's fitted values.
+    bare = estimate("llama-3-8b", "rtx-a4000", detail=True, engine="vllm")
+    levels = {c.name: c.level for c in bare.constants}
+    assert levels["gemm_fraction"] == levels["bandwidth_fraction"] == "class:workstation_gpu"
+    assert estimate("llama-3-8b", "rtx-4090", engine="llama.cpp").constants is None
+    text = phasewise_cli("estimate", "-m", "llama-3-8b", "-H", "rtx-a4000", "--engine", "vllm",
+                         "--detail").stdout
+    assert "Calibrated constants" in text and "class:workstation_gpu" in text
+    sol = estimate("llama-3-8b", "rtx-4090", cost="sol", detail=True)
+    assert sol.constants is None  # speed of light has no fitted constants

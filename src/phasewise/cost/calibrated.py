@@ -52,8 +52,9 @@ from functools import lru_cache
 from typing import Any, Callable, NamedTuple
 
 from phasewise.cost.base import StepTiming, Timing, link_for, math_format_for, sum_timings
-from phasewise.cost.calibration import (Constants, Engine, Profile, Traits, constants_for,
-                                        load_profile, resolve_engine, traits_for)
+from phasewise.cost.calibration import (ConstantSource, Constants, Engine, Profile, Traits,
+                                        constant_sources, constants_for, load_profile,
+                                        resolve_engine, traits_for)
 from phasewise.ledger import Ledger, Op, SeqGroup, Step
 from phasewise.specs import HardwareSpec
 
@@ -267,6 +268,7 @@ class Calibrated:
     profile: str = "default"
     name: str = "calibrated"
     traits: Traits = Traits()
+    sources: tuple[ConstantSource, ...] = ()  # where each constant came from (for_device)
 
     @classmethod
     def for_device(cls, hardware: HardwareSpec, *, engine: str | Engine | None = None,
@@ -282,7 +284,8 @@ class Calibrated:
         if len(_RESOLVED) >= RESOLVED_CACHE_SIZE:
             _RESOLVED.clear()
         model = cls(constants_for(profile, hardware, chosen), chosen.name, profile.name,
-                    traits=traits_for(chosen, hardware))
+                    traits=traits_for(chosen, hardware),
+                    sources=constant_sources(profile, hardware, chosen))
         _RESOLVED[key] = (profile, model)
         return model
 

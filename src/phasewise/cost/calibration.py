@@ -117,6 +117,39 @@ def constants_for(profile: Profile, hardware: HardwareSpec, engine: Engine) -> C
     return Constants(**values)
 
 
+@dataclass(frozen=True, slots=True)
+class ConstantSource:
+    """Where one constant of one device under one engine comes from: the profile level
+    that holds it (``device:h100-sxm``, ``class:datacenter_gpu``, ``engine:vllm/class:...``,
+    ``engine:vllm``, ``global``) or ``prior``, and what that level was fitted to."""
+
+    name: str
+    value: float
+    unit: str
+    level: str
+    rows: int = 0  # rows the level was fitted to (0: the prior, or not recorded)
+    rms_log_residual: float | None = None  # the fit's residual on those rows
+
+
+def constant_sources(profile: Profile, hardware: HardwareSpec,
+                     engine: Engine) -> tuple[ConstantSource, ...]:
+    """Each constant as ``constants_for`` resolves it, with the level it came from."""
+    sources = []
+    for name, parameter in parameter_defs().items():
+        level = next((key for key in level_keys(hardware, engine, parameter)
+                      if name in profile.values.get(key, {})), None)
+        if level is None:
+            sources.append(ConstantSource(name, parameter.prior, parameter.unit, "prior"))
+            continue
+        record = profile.records.get(level, {}).get(name, {})
+        residual = record.get("rms_log_residual")
+        sources.append(ConstantSource(
+            name, profile.values[level][name], parameter.unit, level,
+            int(record.get("rows", 0) or 0),
+            float(residual) if isinstance(residual, (int, float)) else None))
+    return tuple(sources)
+
+
 def prior_profile() -> Profile:
     return Profile(name="prior")
 

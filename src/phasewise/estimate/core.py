@@ -10,8 +10,8 @@ from phasewise.cost import CostModel, SpeedOfLight, StepTiming
 from phasewise.cost.calibrated import engine_steps, merge_step_timings
 from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
 from phasewise.estimate.cost_energy import cost_energy
-from phasewise.estimate.types import (Estimate, HardwareSummary, Inputs, MemoryReport,
-                                      ModelSummary, OpRow, PhaseReport)
+from phasewise.estimate.types import (ConstantRow, Estimate, HardwareSummary, Inputs,
+                                      MemoryReport, ModelSummary, OpRow, PhaseReport)
 from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_ledger,
                               kv_cache_bytes_per_device, param_counts, weight_bytes_per_device)
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
@@ -91,7 +91,16 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
                                 tokens_per_decode_step=b),
         warnings=_warnings(spec, workload),
         ops=_op_rows(prefill, decodes[1]) if detail else None,
+        constants=_constant_rows(cost_model) if detail else None,
     )
+
+
+def _constant_rows(cost_model: CostModel) -> list[ConstantRow] | None:
+    """The calibrated model's constants with the profile level each came from (None for a
+    cost model without fitted constants)."""
+    sources = getattr(cost_model, "sources", ())
+    return [ConstantRow(name=c.name, value=c.value, unit=c.unit, level=c.level, rows=c.rows,
+                        rms_log_residual=c.rms_log_residual) for c in sources] or None
 
 
 def _price(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,

@@ -112,6 +112,17 @@ class OpRow(_Frozen):
     sol_time_s: float
 
 
+class ConstantRow(_Frozen):
+    """A calibrated constant the estimate used, and the profile level it came from."""
+
+    name: str
+    value: float
+    unit: str
+    level: str
+    rows: int
+    rms_log_residual: float | None
+
+
 class Estimate(_Frozen):
     schema_version: int = SCHEMA_VERSION
     tool_version: str
@@ -133,3 +144,4 @@ class Estimate(_Frozen):
     cost_energy: CostEnergy | None = None
     warnings: list[str] = []
     ops: list[OpRow] | None = None
+    constants: list[ConstantRow] | None = None  # --detail with the calibrated model

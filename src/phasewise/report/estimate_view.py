@@ -84,7 +84,25 @@ def estimate_table(est: Estimate) -> Group:
     parts += [Text(f"warning: {w}", style="yellow") for w in est.warnings]
     if est.ops:
         parts.append(ops_table(est))
+    if est.constants:
+        parts.append(constants_table(est))
     return Group(*parts)
+
+
+def constants_table(est: Estimate) -> Table:
+    """The calibrated constants the expected times used, each with the profile level it came
+    from and what that level was fitted to."""
+    engine = est.inputs.engine or "generic"
+    table = Table(title=f"Calibrated constants ({engine} on {est.inputs.hardware}; profile "
+                        f"{est.inputs.calibration or 'bundled'})", title_justify="left")
+    for column in ("constant", "value", "unit", "from", "rows", "rms log residual"):
+        table.add_column(column, justify="right" if column in ("value", "rows",
+                                                               "rms log residual") else "left")
+    for c in est.constants or []:
+        fitted = c.rows and c.rms_log_residual is not None
+        table.add_row(c.name, f"{c.value:.4g}", c.unit, c.level, str(c.rows) if c.rows else "",
+                      f"{c.rms_log_residual:.3f}" if fitted else "")
+    return table
 
 
 def ops_table(est: Estimate) -> Table:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from phasewise.cost.base import math_format_for
 from phasewise.cost.calibrated import Calibrated
-from phasewise.cost.calibration import Profile, level_keys, parameter_defs, resolve_engine
+from phasewise.cost.calibration import ConstantSource, Profile
 from phasewise.errors import InputError
 from phasewise.ledger import build_ledger
 from phasewise.validate.run import (CEILING_KINDS, Prediction, predict, scenario_steps,
@@ -27,23 +27,12 @@ CAUSES = ("compute", "memory", "serial", "network", "overhead")
 
 
 @dataclass(frozen=True, slots=True)
-class ConstantUse:
-    """One constant as the row's cost model resolved it."""
-
-    name: str
-    value: float
-    unit: str
-    level: str  # its profile key ("device:h100-sxm", "class:...", "global") or "prior"
-    rows: int  # rows the fitted level was fitted to (0: prior or not recorded)
-
-
-@dataclass(frozen=True, slots=True)
 class RowTrace:
     scenario: Scenario
     prediction: Prediction
     profile: str
     command: str
-    constants: tuple[ConstantUse, ...]
+    constants: tuple[ConstantSource, ...]
     causes: dict[str, float]  # seconds of the predicted time (the measured unit's time)
     in_memory: bool = False  # a fit no file holds: the command shows the bundled profile
 
@@ -105,7 +94,7 @@ def trace(scenario: Scenario, profile: Profile, *, calibration: str | None = Non
     the profile is a fit no file holds (a held-out fold, a refit)."""
     prediction = predict(scenario, profile)
     cost = Calibrated.for_device(scenario.hardware, engine=scenario.engine, calibration=profile)
-    constants = tuple(_constant_uses(scenario, profile, cost))
+    constants = cost.sources
     causes = dict.fromkeys(CAUSES, 0.0)
     command = ""
     if scenario.kind not in CEILING_KINDS:
@@ -132,18 +121,6 @@ def _step_causes(cost: Calibrated, ledger, hardware) -> dict[str, float]:  # noq
         causes["overhead"] += p.overhead_s
     causes["overhead"] += cost.step_fixed_s(ledger)
     return causes
-
-
-def _constant_uses(scenario: Scenario, profile: Profile, cost: Calibrated) -> list[ConstantUse]:
-    engine = scenario.engine if scenario.engine is not None else resolve_engine(None)
-    uses = []
-    for name, parameter in parameter_defs().items():
-        level = next((key for key in level_keys(scenario.hardware, engine, parameter)
-                      if name in profile.values.get(key, {})), "prior")
-        record = profile.records.get(level, {}).get(name, {}) if level != "prior" else {}
-        uses.append(ConstantUse(name, float(getattr(cost.constants, name)), parameter.unit,
-                                level, int(record.get("rows", 0) or 0)))
-    return uses
 
 
 def estimate_command(scenario: Scenario, calibration: str | None) -> str:
