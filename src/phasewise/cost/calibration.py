@@ -107,14 +107,6 @@ def level_keys(hardware: HardwareSpec, engine: Engine, parameter: ParameterDef) 
     return keys + ["global"]
 
 
-def constants_for(profile: Profile, hardware: HardwareSpec, engine: Engine) -> Constants:
-    """Each constant from the most specific level the profile holds, else its prior."""
-    values = {}
-    for name, parameter in parameter_defs().items():
-        values[name] = next((profile.values[key][name]
-                             for key in level_keys(hardware, engine, parameter)
-                             if name in profile.values.get(key, {})), parameter.prior)
-    return Constants(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +140,11 @@ def constant_sources(profile: Profile, hardware: HardwareSpec,
             int(record.get("rows", 0) or 0),
             float(residual) if isinstance(residual, (int, float)) else None))
     return tuple(sources)
+
+
+def constants_for(profile: Profile, hardware: HardwareSpec, engine: Engine) -> Constants:
+    """Each constant from the most specific level the profile holds, else its prior."""
+    return Constants(**{c.name: c.value for c in constant_sources(profile, hardware, engine)})
 
 
 def prior_profile() -> Profile:

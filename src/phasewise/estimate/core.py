@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from phasewise.version import __version__
 from phasewise.catalog import load_hardware, load_model
@@ -98,9 +98,7 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
 def _constant_rows(cost_model: CostModel) -> list[ConstantRow] | None:
     """The calibrated model's constants with the profile level each came from (None for a
     cost model without fitted constants)."""
-    sources = getattr(cost_model, "sources", ())
-    return [ConstantRow(name=c.name, value=c.value, unit=c.unit, level=c.level, rows=c.rows,
-                        rms_log_residual=c.rms_log_residual) for c in sources] or None
+    return [ConstantRow(**asdict(c)) for c in getattr(cost_model, "sources", ())] or None
 
 
 def _price(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,

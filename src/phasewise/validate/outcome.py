@@ -106,8 +106,7 @@ def explain_rows(files: Sequence[MeasurementFile], ids: Sequence[str], *,
         for s in chosen:
             source = held or s.source
             if source not in fits:
-                fits[source] = fit([x for x in scenarios if x.source != source],
-                                   name=f"without {short_source(source)}").profile
+                fits[source] = holdout(scenarios, source)[1].profile
             traces.append(trace(s, fits[source], in_memory=True))
         return traces
     if refit:

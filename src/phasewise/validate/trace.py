@@ -9,7 +9,7 @@ the predicted time.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from phasewise.cost.base import math_format_for
@@ -45,8 +45,7 @@ class RowTrace:
                 "floor_error": p.floor_error, "profile": self.profile,
                 "command": self.command, "command_uses_this_fit": not self.in_memory,
                 "causes_s": dict(self.causes),
-                "constants": [{"name": c.name, "value": c.value, "unit": c.unit,
-                               "level": c.level, "rows": c.rows} for c in self.constants]}
+                "constants": [asdict(c) for c in self.constants]}
 
     def lines(self) -> list[str]:
         s, p = self.scenario, self.prediction
