@@ -263,8 +263,31 @@ def test_a_pull_request_micro_batch_sweep_row_runs_the_prompt_in_its_micro_batch
     assert s.engine.name == "llama.cpp" and s.workload.isl == 2048
     assert s.measured_s == pytest.approx(2048 / 339.78)
     configured = configured_row("llamacpp_pr_cuda.csv", "LPCU-0004")
-    assert configured.engine.name == "llama.cpp+cublas-fp16+ub16"
+    assert configured.engine.name == "llama.cpp+cublas-fp16+mmq-4-token-tiles+ub16"
     assert configured.engine.prefill_ubatch_tokens == 16
+
+
+def test_pr_7716_master_ran_mmq_in_4_token_tiles_reading_the_weights_once_per_tile():
+    # Before PR #7716 ggml-cuda built with tensor cores ran MMQ for 5 to 32 tokens
+    # (MMVQ up to 4, cuBLAS over 32) in tiles of MMQ_X = 4 tokens: each tile reads all the
+    # weights, so a 16-token micro-batch of Llama 3 8B Q5_1 reads its GEMM weights 16 / 4
+    # = 4 times and a 32-token one 8 times; 4 tokens read them once, and 64 tokens take
+    # the fp16 copy, read once. PR #7860's master (after #7716) is not this path.
+    from phasewise.cost.calibrated import weight_passes
+    from phasewise.ledger import Step, build_ledger
+    for record, tokens, passes in (("LPCU-0004", 16, 4), ("LPCU-0005", 32, 8),
+                                   ("LPCU-0006", 64, 1)):
+        s = configured_row("llamacpp_pr_cuda.csv", record)
+        assert "mmq-4-token-tiles" in s.engine.name
+        traits = Calibrated.for_device(s.hardware, engine=s.engine).traits
+        up = next(op for op in build_ledger(s.model, Step.prefill(tokens), s.precision).ops
+                  if op.name == "mlp.up")
+        assert weight_passes(up, traits) == passes
+        four = next(op for op in build_ledger(s.model, Step.prefill(4), s.precision).ops
+                    if op.name == "mlp.up")
+        assert weight_passes(four, traits) == 1
+    assert "mmq-4-token-tiles" not in configured_row("llamacpp_pr_cuda.csv",
+                                                     "LPCU-0014").engine.name
 
 
 def test_pr_7860_master_rows_ran_mmq_at_every_micro_batch_size():
@@ -282,7 +305,7 @@ def test_pr_7860_master_rows_ran_mmq_at_every_micro_batch_size():
     traits = Calibrated.for_device(s.hardware, engine=s.engine).traits
     assert traits.dequant_buffer_above_tokens == 0
     assert configured_row("llamacpp_pr_cuda.csv", "LPCU-0006").engine.name == \
-        "llama.cpp+cublas-fp16+ub64"  # PR #7716's table: the default code path
+        "llama.cpp+cublas-fp16+mmq-4-token-tiles+ub64"  # PR #7716's table: the default path
 
 
 def test_a_2023_metal_prompt_of_four_tokens_is_one_prompt_on_the_m2():

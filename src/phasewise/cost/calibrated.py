@@ -33,7 +33,8 @@ GEMM whose kernel computes whole tiles of tokens (llama.cpp's routed-expert MMQ 
 ``moe_tile_tokens``; its Metal matrix kernel's 32-token tiles, ``gemm_tile_tokens``) is
 priced at the FLOPs of the tiles, empty columns included; a GEMM the engine runs as
 matrix-vector products that stream the weights more than once (llama.cpp's Metal kernels
-for a few tokens, ``weight_passes``) reads its weight bytes that many times.
+for a few tokens; its CUDA MMQ's 4-token tiles before mid-2024, ``weight_passes``) reads its
+weight bytes that many times.
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
 per call; routed tokens per expert for MoE) against the device's ridge point (peak FLOP/s ÷

@@ -72,9 +72,9 @@ class Traits:
     a matrix-matrix kernel that computes whole tiles of this many tokens (0: the tile
     fits the tokens, as vendor BLAS and tuned kernels choose it).
     ``matvec_tokens_per_pass``: dense GEMMs of m tokens, m at most the table's length (and
-    not over a tile threshold), run a matrix-vector kernel that streams the weights once
-    for every ``matvec_tokens_per_pass[m - 1]`` tokens: ⌈m / that⌉ passes over the weights
-    (empty: one pass, whatever m).
+    not over a tile threshold), run a kernel that streams the weights once for every
+    ``matvec_tokens_per_pass[m - 1]`` tokens: ⌈m / that⌉ passes over the weights (a
+    matrix-vector kernel, or a GEMM in narrow token tiles; empty: one pass, whatever m).
     ``moe_matvec_below_tokens``: routed-expert GEMMs of a forward pass with fewer tokens
     than this run one matrix-vector product per routed (token, expert) pair, each reading
     its expert's weights: an expert routed x tokens is read x times (0: once).
