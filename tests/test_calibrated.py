@@ -21,7 +21,7 @@ from phasewise.specs import Parallelism, Precision, Workload
 ROUND = dict(gemm_fraction=0.8, bandwidth_fraction=0.9, bytes_half=1e5, gemm_efficiency=0.5,
              gemm_intensity_half=0.25, attention_efficiency=0.4, attention_bandwidth=1.0,
              bandwidth_efficiency=0.5,
-             dequant_bandwidth=0.8, dequant_compute=0.5, kernel_overhead_s=1e-5,
+             dequant_bandwidth=0.8, dequant_compute=0.5, matvec_alu_ops=4.0, kernel_overhead_s=1e-5,
              step_overhead_s=1e-4, parallel_step_overhead_s=5e-4, link_latency_factor=2.0,
              link_efficiency=0.5)
 
@@ -35,7 +35,7 @@ def test_gemm_time_by_hand():
     c = Constants(**ROUND)
     compute_s, memory_s, serial_s, network_s, overhead_s = priced_parts(
         op_features(op, h100, "bf16"), c)
-    ridge = 989.4e12 / 3.35e12
+    ridge = 989.4e12 * 0.8 / (3.35e12 * 0.9)  # the ridge the device reaches (best rates)
     shape = m / (m + 0.25 * ridge)  # a bf16 GEMM does m FLOPs per weight byte
     assert compute_s == pytest.approx(2 * m * n * k / (989.4e12 * 0.8 * 0.5 * shape), rel=1e-9)
     assert memory_s == pytest.approx((3 * 4096 * 4096 * 2 + 1e5) / (3.35e12 * 0.9 * 0.5), rel=1e-9)
@@ -68,7 +68,11 @@ def test_block_quantized_weights_pay_the_dequant_factors_and_native_fp8_does_not
 
 def test_one_token_gemms_are_bandwidth_bound_in_every_weight_format_and_device():
     """Below the ridge point a GEMM is limited by the bytes it reads, whatever the device's
-    peak and however few bits its weights take (the shape term counts FLOPs per weight byte)."""
+    peak and however few bits its weights take (the shape term counts FLOPs per weight byte,
+    and its half point sits at the ridge the device reaches, so a one-token GEMM's compute
+    term is gemm_intensity_half x its weight bytes at the achievable streaming rate, over
+    the engine's GEMM efficiency: 0.3 / (0.5 x 0.5) = 1.2 against 1 / (0.5 x 0.8) = 2.5
+    for a block-quantized weight here, 0.3 / 0.5 = 0.6 against 2 for a 16-bit one)."""
     model = load_model("llama-3-8b")
     c = Constants(**{**ROUND, "gemm_intensity_half": 0.3})
     for fmt in ("fp16", "Q4_K_M", "Q8_0"):
@@ -93,7 +97,7 @@ def test_llama_cpp_on_geforce_runs_fp16_gemms_at_the_fp16_accumulate_rate():
     llama = Calibrated.for_device(rtx, engine="llama.cpp").traits
     generic = Calibrated.for_device(rtx).traits
     assert (llama.gemm_peak_factor, generic.gemm_peak_factor) == (2.0, 1.0)
-    ridge = 165.2e12 / 1008e9
+    ridge = 165.2e12 * 2.0 * 0.8 / (1008e9 * 0.9)  # reached at the fp16-accumulate rate
     shape = 512 / (512 + 0.25 * ridge)  # fp16 weights: 512 FLOPs per weight byte at m = 512
     expected = up.flops / (165.2e12 * 2.0 * 0.8 * 0.5 * shape)
     assert priced_parts(op_features(up, rtx, "fp16", llama), c).compute_s == \
@@ -266,9 +270,9 @@ TRUE = {"gemm_fraction": 0.62, "bandwidth_fraction": 0.83, "gemm_efficiency": 0.
         "bandwidth_efficiency": 0.9, "kernel_overhead_s": 8e-6, "step_overhead_s": 6e-4}
 
 
-def _synthetic(hardware_names, engine):
+def _synthetic(hardware_names, engine, weights="bf16", true=TRUE):
     """Measurements made by a calibrated model with the TRUE constants at class level."""
-    truth = Profile("truth", values={"global": dict(TRUE)})
+    truth = Profile("truth", values={"global": dict(true)})
     observations = []
     cases = [("llama-3-8b", Step.prefill(n)) for n in (256, 1024, 4096)] + \
             [("llama-3-8b", Step.decode(b, 512)) for b in (1, 8, 64)] + \
@@ -278,7 +282,7 @@ def _synthetic(hardware_names, engine):
         device = load_hardware(name)
         cost = Calibrated.for_device(device, engine=engine, calibration=truth)
         for i, (model, step) in enumerate(cases):
-            ledger = build_ledger(load_model(model), step, Precision("bf16", "bf16", "bf16"))
+            ledger = build_ledger(load_model(model), step, Precision(weights, "bf16", "bf16"))
             seconds = cost.step_time(ledger, device).total.time_s
             observations.append(Observation(f"{name}-{i}", "synthetic", device,
                                             resolve_engine(engine), seconds, ((1.0, ledger),)))
@@ -303,6 +307,20 @@ def test_the_fit_recovers_known_efficiencies_from_synthetic_measurements():
         ledger = build_ledger(load_model("llama-3.1-8b"), step, Precision("bf16", "bf16", "bf16"))
         assert fitted.step_time(ledger, h100).total.time_s == pytest.approx(
             truth.step_time(ledger, h100).total.time_s, rel=0.03)
+
+
+def test_the_fit_recovers_the_matrix_vector_kernels_operations_per_flop():
+    """llama.cpp's batch-1 to 8-token GEMMs on block-quantized weights run on the vector
+    ALUs; on an A100 (19.5 TFLOP/s fp32 against 2.04 TB/s) 6 operations per FLOP outlast
+    the Q8_0 weights' streaming at 8 tokens a step (8 x 2 x 6 / 19.5e12 = 4.9 ps a weight
+    against 1.06 bytes at under 2 TB/s, < 0.8 ps), so rows made with 6 give 6 back; the
+    fit starts from its prior, 5."""
+    true = {**TRUE, "matvec_alu_ops": 6.0}
+    result = fit_profile(_synthetic(["a100-80gb-sxm", "rtx-4090"], "llama.cpp", "Q8_0", true))
+    assert max(abs(r) for r in result.log_residuals) < 0.02
+    a100 = load_hardware("a100-80gb-sxm")
+    got = Calibrated.for_device(a100, engine="llama.cpp", calibration=result.profile)
+    assert got.constants.matvec_alu_ops == pytest.approx(6.0, rel=0.05)
 
 
 def test_a_microbenchmark_sets_the_device_ceiling_and_phase_rows_the_engine_share():
@@ -530,3 +548,64 @@ def test_llama_cpp_metal_reads_weights_again_for_later_tokens_of_small_batches()
                        if op.name == "moe.experts")
         assert weight_passes(experts, metal) == pytest.approx(passes, rel=1e-3)
         assert weight_passes(experts, cuda) == 1.0
+
+
+def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
+    """Up to MMVQ_MAX_BATCH_SIZE = 8 tokens ggml-cuda multiplies block-quantized weights
+    with mul_mat_vec_q on the SM's integer and FP32 pipes, no tensor cores: one token of
+    Llama 3 8B Q4_K_M's mlp.up (gate and up, 4096 x 2 x 14336 per layer, 32 layers, 2 FLOPs
+    a weight) on an A100 SXM costs 2 x 4096 x 28672 x 32 x 4 operations at its 19.5 TFLOP/s
+    fp32 vector rate, whatever the GEMM constants; 9 tokens run MMQ, priced by the shape
+    term."""
+    a100 = load_hardware("a100-80gb-sxm")
+    llama = Calibrated.for_device(a100, engine="llama.cpp").traits
+    assert llama.matvec_max_tokens == 8
+    precision = Precision("Q4_K_M", "fp16", "fp16")
+    model = load_model("llama-3-8b")
+    c = Constants(**ROUND)
+    other = Constants(**{**ROUND, "gemm_efficiency": 0.1, "gemm_fraction": 0.1,
+                         "gemm_intensity_half": 3.0, "dequant_compute": 0.1})
+    for tokens, matvec in ((1, True), (8, True), (9, False)):
+        up = next(op for op in build_ledger(model, Step.decode(tokens, 10), precision).ops
+                  if op.name == "mlp.up")
+        f = op_features(up, a100, "fp16", llama)
+        assert f.matvec == (1.0 if matvec else 0.0)
+        if matvec:
+            alu_s = 2.0 * 4096 * 28672 * 32 * tokens * 4.0 / 19.5e12
+            assert priced_parts(f, c).compute_s == pytest.approx(alu_s, rel=1e-9)
+            assert priced_parts(f, other).compute_s == pytest.approx(alu_s, rel=1e-9)
+    # 16-bit weights: one operation per FLOP (a fused multiply-add counts 2 of each)
+    f16 = next(op for op in build_ledger(model, Step.decode(1, 10),
+                                         Precision("fp16", "fp16", "fp16")).ops
+               if op.name == "mlp.up")
+    assert priced_parts(op_features(f16, a100, "fp16", llama), c).compute_s == \
+        pytest.approx(2.0 * 4096 * 28672 * 32 / 19.5e12, rel=1e-9)
+    # the generic engine runs every GEMM as a GEMM
+    up = next(op for op in build_ledger(model, Step.decode(1, 10), precision).ops
+              if op.name == "mlp.up")
+    assert op_features(up, a100, "fp16", Calibrated.for_device(a100).traits).matvec == 0.0
+
+
+def test_matrix_vector_token_limits_follow_the_backend_and_the_expert_path():
+    """Metal runs mul_mv up to ne11_mm_min = 8 tokens (1 before PR #10491); routed experts of
+    a pass under 32 tokens run mul_mv_id on Metal, of at most 8 tokens MMVQ on CUDA."""
+    m2, rtx = load_hardware("m2-max"), load_hardware("rtx-4090")
+    metal = traits_for(resolve_engine("llama.cpp"), m2)
+    cuda = traits_for(resolve_engine("llama.cpp"), rtx)
+    old = traits_for(configure(resolve_engine("llama.cpp"),
+                               "llama.cpp llama-bench (master, 2023-10-07), Metal backend",
+                               "metal"), m2)
+    precision = Precision("Q8_0", "fp16", "fp16")
+    dense = load_model("qwen2.5-7b")
+    for tokens, on_metal, on_old in ((1, 1.0, 1.0), (2, 1.0, 0.0), (8, 1.0, 0.0),
+                                     (9, 0.0, 0.0)):
+        up = next(op for op in build_ledger(dense, Step.decode(tokens, 64), precision).ops
+                  if op.name == "mlp.up")
+        assert op_features(up, m2, "fp16", metal).matvec == on_metal
+        assert op_features(up, m2, "fp16", old).matvec == on_old
+    moe = load_model("qwen3-30b-a3b")
+    for tokens, on_metal, on_cuda in ((8, 1.0, 1.0), (16, 1.0, 0.0), (32, 0.0, 0.0)):
+        experts = next(op for op in build_ledger(moe, Step.decode(tokens, 64), precision).ops
+                       if op.name == "moe.experts")
+        assert op_features(experts, m2, "fp16", metal).matvec == on_metal
+        assert op_features(experts, rtx, "fp16", cuda).matvec == on_cuda

@@ -4,9 +4,14 @@ For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
 
     compute_s = FLOPs / (peak · peak_factor · gemm_fraction · e)
         e = gemm_efficiency · I / (I + gemm_intensity_half · ridge) · (dequant_compute if
-            block-quantized), I the GEMM's FLOPs per weight byte
-            for GEMMs, attention_efficiency for fused attention, gemm_efficiency for
-            unfused attention (its matmuls are GEMMs), 1 for elementwise work
+            block-quantized), I the GEMM's FLOPs per weight byte and ridge the ridge point
+            the device reaches (peak · peak_factor · gemm_fraction ÷ (bandwidth ·
+            bandwidth_fraction)), for GEMMs; attention_efficiency for fused attention,
+            gemm_efficiency for unfused attention (its matmuls are GEMMs), 1 for
+            elementwise work
+    compute_s = FLOPs · (matvec_alu_ops if block-quantized, else 1) / vector peak
+            for a GEMM the engine runs as matrix-vector kernels on the vector ALUs
+            (``Traits.matvec_max_tokens``: llama.cpp's MMVQ and Metal mul_mv)
     memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
                  · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights)
                  · (attention_bandwidth for attention))
@@ -37,9 +42,11 @@ for a few tokens; its CUDA MMQ's 4-token tiles before mid-2024, ``weight_passes`
 weight bytes that many times.
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
-per call; routed tokens per expert for MoE) against the device's ridge point (peak FLOP/s ÷
-bandwidth): a GEMM turns compute-bound near I = ridge, so one well below it is limited by
-the bytes it reads on any device, whatever its peak, in any weight format. ``gemm_fraction`` and
+per call; routed tokens per expert for MoE) against the ridge point the device reaches (its
+best matmul rate ÷ its best streaming rate): a GEMM turns compute-bound near I = ridge, and
+one well below it costs gemm_intensity_half × its weight bytes at the device's streaming
+rate over the engine's GEMM efficiency, on any device, whatever its matmul ceiling, in any
+weight format. ``gemm_fraction`` and
 ``bandwidth_fraction`` belong to the device (what its best kernels reach), the rest to
 the engine. The formula is written once, in ``priced_parts``, for
 scalars and numpy arrays alike, so the fit prices operators exactly as estimates do.
@@ -86,12 +93,14 @@ class OpFeatures:
     kernels: Any  # kernel launches: calls, twice over for a dequantize-then-multiply GEMM
     weight_intensity: Any  # FLOPs per weight byte (GEMMs)
     dequantized: Any  # 1 where the GEMM dequantizes block-quantized weights as it reads them
+    matvec: Any  # 1 where the engine runs the GEMM as matrix-vector kernels on vector ALUs
     unfused: Any  # 1 for attention run as separate matmuls and soft-max (scores in memory)
     serial_bytes: Any  # bytes moved by kernels of their own before or after the operator's
     peak_factor: Any  # fp16-accumulate speed-up of the engine on the device (1: none)
     network_bytes: Any
     hops: Any
     peak_flops_per_s: Any
+    vector_flops_per_s: Any
     ridge_flops_per_byte: Any
     bandwidth_bytes_per_s: Any
     link_bytes_per_s: Any
@@ -138,9 +147,23 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
     peak_factor = traits.gemm_peak_factor if (
         kind in (KIND_GEMM, KIND_ATTENTION) and math_format == "fp16") else 1.0
     return OpFeatures(kind, flops, memory_bytes, op.calls, kernels, intensity,
-                      1.0 if dequantized and not buffered else 0.0, 1.0 if unfused else 0.0,
-                      serial_bytes, peak_factor, op.network, hops, peak, ridge, bandwidth,
-                      link_bw, link_latency)
+                      1.0 if dequantized and not buffered else 0.0,
+                      1.0 if is_matvec(op, traits) else 0.0, 1.0 if unfused else 0.0,
+                      serial_bytes, peak_factor, op.network, hops, peak,
+                      hardware.vector_flops, ridge, bandwidth, link_bw, link_latency)
+
+
+def is_matvec(op: Op, traits: Traits) -> bool:
+    """A GEMM the engine runs as matrix-vector kernels on the vector ALUs: at most
+    ``Traits.matvec_max_tokens`` tokens per call (routed experts: a forward pass of at
+    most that many tokens, or of fewer than ``moe_matvec_below_tokens``)."""
+    most = traits.matvec_max_tokens
+    if op.kind != "gemm" or not most or not op.weights:
+        return False
+    if op.expert_load:
+        below = traits.moe_matvec_below_tokens
+        return op.tokens <= most or bool(below and op.tokens < below)
+    return op.m <= most
 
 
 def weight_passes(op: Op, traits: Traits) -> float:
@@ -235,11 +258,19 @@ def priced_parts(f: OpFeatures, c: Any, *,
     of thousands."""
     gemm, attention = equals(f.kind, KIND_GEMM), equals(f.kind, KIND_ATTENTION)
     elementwise, network = equals(f.kind, KIND_ELEMENTWISE), equals(f.kind, KIND_COMMUNICATION)
-    shape = f.weight_intensity / (f.weight_intensity + c.gemm_intensity_half
-                                  * f.ridge_flops_per_byte)
+    # The half point sits at the ridge the device reaches (its best matmul rate, at the
+    # engine's accumulate rate, over its best streaming): below it a GEMM costs
+    # gemm_intensity_half x its weight bytes at that streaming rate, whatever the matmul rate.
+    ridge = f.ridge_flops_per_byte * f.peak_factor * c.gemm_fraction / c.bandwidth_fraction
+    shape = f.weight_intensity / (f.weight_intensity + c.gemm_intensity_half * ridge)
     dequant_compute = 1.0 + f.dequantized * (c.dequant_compute - 1.0)
     attention_rate = f.unfused * c.gemm_efficiency + (1.0 - f.unfused) * c.attention_efficiency
-    efficiency = (gemm * c.gemm_efficiency * shape * dequant_compute * c.gemm_fraction
+    # A matrix-vector kernel runs on the vector ALUs: its FLOPs times the operations each
+    # costs (dequantizing included) at the vector rate, on the scale of the matmul peak.
+    alu_ops = 1.0 + f.dequantized * (c.matvec_alu_ops - 1.0)
+    vector_rate = f.vector_flops_per_s / (f.peak_flops_per_s * f.peak_factor * alu_ops)
+    efficiency = (gemm * (1.0 - f.matvec) * c.gemm_efficiency * shape * dequant_compute
+                  * c.gemm_fraction + gemm * f.matvec * vector_rate
                   + attention * attention_rate * c.gemm_fraction + elementwise + network)
     compute_s = f.flops / (f.peak_flops_per_s * f.peak_factor * efficiency)
     streaming = f.bandwidth_bytes_per_s * c.bandwidth_fraction * c.bandwidth_efficiency

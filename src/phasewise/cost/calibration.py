@@ -46,6 +46,7 @@ class Constants:
     bandwidth_efficiency: float
     dequant_bandwidth: float
     dequant_compute: float
+    matvec_alu_ops: float
     kernel_overhead_s: float
     step_overhead_s: float
     parallel_step_overhead_s: float

@@ -33,7 +33,7 @@ VARIANT_SEPARATOR = "+"
 ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
                  "attention_score_bytes", "allreduce_rounds", "moe_tile_tokens",
                  "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens",
-                 "matvec_tokens_per_pass", "moe_matvec_below_tokens")
+                 "matvec_tokens_per_pass", "moe_matvec_below_tokens", "matvec_max_tokens")
 BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
 _META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
          "before_build")
@@ -78,6 +78,10 @@ class Traits:
     ``moe_matvec_below_tokens``: routed-expert GEMMs of a forward pass with fewer tokens
     than this run one matrix-vector product per routed (token, expert) pair, each reading
     its expert's weights: an expert routed x tokens is read x times (0: once).
+    ``matvec_max_tokens``: GEMMs of at most this many tokens per call (routed experts: a
+    forward pass of at most this many tokens, or fewer than ``moe_matvec_below_tokens``)
+    run matrix-vector kernels on the device's vector ALUs, not its matrix units: they
+    dequantize and multiply-add each weight for each token (0: every GEMM runs as a GEMM).
     """
 
     prefill_ubatch_tokens: int = 0
@@ -91,6 +95,7 @@ class Traits:
     gemm_tile_above_tokens: int = 0
     matvec_tokens_per_pass: tuple[int, ...] = ()
     moe_matvec_below_tokens: int = 0
+    matvec_max_tokens: int = 0
 
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -316,4 +321,5 @@ def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
         gemm_tile_tokens=int(values.get("gemm_tile_tokens", 0)),
         gemm_tile_above_tokens=int(values.get("gemm_tile_above_tokens", 0)),
         matvec_tokens_per_pass=tuple(int(t) for t in values.get("matvec_tokens_per_pass", ())),
-        moe_matvec_below_tokens=int(values.get("moe_matvec_below_tokens", 0)))
+        moe_matvec_below_tokens=int(values.get("moe_matvec_below_tokens", 0)),
+        matvec_max_tokens=int(values.get("matvec_max_tokens", 0)))
