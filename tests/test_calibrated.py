@@ -155,13 +155,16 @@ def test_a_description_of_the_software_selects_the_engine_variant():
 
 
 def test_unfused_attention_moves_every_score_through_memory_at_the_gemm_rate():
-    """llama-bench runs without flash attention: each of the h · (causal pairs) scores of a
-    512-token prompt is written, soft-maxed and read back in F32 (16 bytes); on CUDA the
-    fp16 staging copies of batched cuBLAS add 8 (24 bytes). Its two matmuls run at the
-    engine's GEMM rate; fused engines move no scores and run at the attention rate."""
+    """llama-bench runs without flash attention: kq spans every cell of the KV cache and the
+    causal rest is masked, so a 512-token prompt computes 512 x 512 scores per head and
+    layer (the ledger counts the 512 · 513 / 2 causal pairs); each is written, soft-maxed
+    and read back in F32 (16 bytes); on CUDA the fp16 staging copies of batched cuBLAS add
+    8 (24 bytes). Its two matmuls run at the engine's GEMM rate over all those scores;
+    fused engines move no scores and run at the attention rate over the causal pairs."""
     score = _prefill_op("attn.score", Precision("fp16", "fp16", "fp16"))
-    scores = 32 * 32 * (512 * 513 / 2)  # layers x heads x causal pairs
-    assert score.flops == pytest.approx(4 * 128 * scores)
+    causal = 32 * 32 * (512 * 513 / 2)  # layers x heads x causal pairs
+    scores = 32 * 32 * 512 * 512  # layers x heads x (queries x cache cells)
+    assert score.flops == pytest.approx(4 * 128 * causal)
     for device, engine, per_score in (("m2-ultra", "llama.cpp", 16), ("rtx-4090", "llama.cpp", 24),
                                       ("rtx-4090", "vllm", 0), ("rtx-4090", None, 0)):
         hardware = load_hardware(device)
@@ -171,9 +174,32 @@ def test_unfused_attention_moves_every_score_through_memory_at_the_gemm_rate():
     m2, c = load_hardware("m2-ultra"), Constants(**ROUND)
     unfused = op_features(score, m2, "fp16", Calibrated.for_device(m2, engine="llama.cpp").traits)
     fused = op_features(score, m2, "fp16", Calibrated.for_device(m2, engine="vllm").traits)
-    assert priced_parts(unfused, c).compute_s == pytest.approx(score.flops / (27.2e12 * 0.8 * 0.5))
+    assert priced_parts(unfused, c).compute_s == pytest.approx(4 * 128 * scores
+                                                               / (27.2e12 * 0.8 * 0.5))
     assert priced_parts(fused, c).compute_s == pytest.approx(score.flops / (27.2e12 * 0.8 * 0.4))
     assert priced_parts(unfused, c).serial_s == pytest.approx(16 * scores / (800e9 * 0.9 * 0.5))
+
+
+def test_unfused_attention_over_a_unified_cache_scores_every_sequence_s_cells():
+    """The ledger's attention op carries the KV cells its pass holds: a 512-token micro-batch
+    after 1,536 cached tokens holds 2,048 (scores 512 x 2048 where the causal pairs are
+    512 x 1536 + 512 · 513 / 2); batched decode of 8 sequences at 512 cached tokens holds
+    8 x 513 cells, and each new token is scored against all of them (llama.cpp's unified
+    cache masks the other sequences'), 8 times the causal count; one sequence's decode
+    scores exactly its pairs."""
+    model, rtx = load_model("llama-3-8b"), load_hardware("rtx-4090")
+    llama = Calibrated.for_device(rtx, engine="llama.cpp").traits
+    precision = Precision("Q4_K_M", "fp16", "fp16")
+    last_chunk = split_prefill(Step.prefill(2048), 512)[3]  # 512 new after 1,536 cached
+    cases = ((last_chunk, 512 * 2048, 512 * 1536 + 512 * 513 / 2),
+             (Step.decode(8, 512), 8 * 8 * 513, 8 * 513),
+             (Step.decode(1, 512), 513, 513))
+    for step, cells, causal in cases:
+        score = next(op for op in build_ledger(model, step, precision).ops
+                     if op.name == "attn.score")
+        assert score.flops == pytest.approx(4 * 128 * 32 * 32 * causal)
+        f = op_features(score, rtx, "fp16", llama)
+        assert f.serial_bytes == pytest.approx(24 * 32 * 32 * cells)
 
 
 def test_a_long_prompt_is_split_into_micro_batches_that_sum_to_the_whole():

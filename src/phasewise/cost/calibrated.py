@@ -31,8 +31,9 @@ fp16 on a device that runs it faster; a GEMM over the engine's dequant-buffer th
 first converts its block-quantized weights to a 16-bit buffer in a kernel of its own
 (serial bytes: the stored weights read, 2 bytes per weight written), then multiplies the
 16-bit copy; an unfused attention runs its two matmuls at the engine's GEMM rate and moves
-each score through memory (``attention_score_bytes``, serial bytes), its scores counted
-from the ledger's FLOPs as FLOPs / (4 · d_head); an engine with its own all-reduce kernel
+each score through memory (``attention_score_bytes``, serial bytes), scoring every new
+token against every KV cell the pass holds and masking the rest: the ledger's FLOPs (its
+causal pairs) times keys / n, m · keys scores per head; an engine with its own all-reduce kernel
 pays its rounds per call (``allreduce_rounds``) instead of the ledger's tree rounds; a
 GEMM whose kernel computes whole tiles of tokens (llama.cpp's routed-expert MMQ tiles,
 ``moe_tile_tokens``; its Metal matrix kernel's 32-token tiles, ``gemm_tile_tokens``) is
@@ -126,13 +127,17 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
         memory_bytes, weight_bytes, kernels = op.memory_bytes - op.weights + buffer_bytes, \
             buffer_bytes, 2 * op.calls
     unfused = kind == KIND_ATTENTION and traits.attention_score_bytes > 0
+    flops = op.flops
     if unfused and op.k:
-        scores = op.flops / (ATTENTION_FLOPS_PER_SCORE_DIM * op.k)
+        # the kernels score every new token against every cell of the cache and mask the
+        # causal rest: m · keys scores per head where the ledger counts m · n causal pairs
+        masked = op.keys / op.n if op.keys and op.n else 1.0
+        flops = op.flops * max(masked, 1.0)
+        scores = flops / (ATTENTION_FLOPS_PER_SCORE_DIM * op.k)
         serial_bytes = traits.attention_score_bytes * scores
     hops = op.hops
     if op.name == ALLREDUCE_OP and traits.allreduce_rounds and _peer_link(hardware):
         hops = op.calls * traits.allreduce_rounds
-    flops = op.flops
     if traits.moe_tile_tokens and op.expert_load and op.tokens > traits.moe_tile_above_tokens:
         flops = op.flops * moe_tile_padding(op.tokens, op.expert_load, traits.moe_tile_tokens)
     elif (traits.gemm_tile_tokens and kind == KIND_GEMM and not op.expert_load

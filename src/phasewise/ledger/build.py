@@ -172,7 +172,7 @@ def _attention_core(model: ModelSpec, step: Step, shard: _Shard, layers: str, ca
     MLA's absorbed form scores in the latent space: (2·kv_lora + rope) per head and pair.
     With ``kv_keep`` < 1 a sequence's cache holds round(kv_keep·c) of its c cached tokens;
     new tokens attend to those and, causally, to each other."""
-    pairs = cached_read = 0.0
+    pairs = cached_read = cells = 0.0
     flops_per_pair = 2 * shard.heads * (model.qk_head_dim + model.value_head_dim)
     flops = 0.0
     for g in step.groups:
@@ -184,13 +184,14 @@ def _attention_core(model: ModelSpec, step: Step, shard: _Shard, layers: str, ca
         flops += per_pair * group_pairs
         pairs += group_pairs
         cached_read += g.count * cached_keys_read(kept, window) / dp
+        cells += g.count * (kept + g.new_tokens) / dp
     kv_token = kv_bytes_per_token_layer(model, shard.kvb, shard.kv_heads)
     qo = shard.tokens * shard.heads * (model.qk_head_dim + model.value_head_dim) * shard.ab
     return Op("attn.score", "attention", layers, calls, flops * calls,
               kv_read=cached_read * kv_token * calls,
               kv_write=shard.tokens * kv_token * calls,
               activations=qo * calls, m=shard.tokens, n=pairs / max(shard.tokens, 1.0),
-              k=model.qk_head_dim)
+              k=model.qk_head_dim, keys=cells)
 
 
 def _kv_convert(core: Op, shard: _Shard, layers: str, calls: int) -> Op:

@@ -19,6 +19,9 @@ class Op:
     A routed-expert GEMM also carries ``tokens``, the tokens its layer receives per call,
     and ``expert_load``, the routed tokens each of the device's experts gets on average
     (uniform routing): how an engine tiles the experts' tokens depends on both.
+    An attention op also carries ``keys``, the KV-cache cells its pass holds on the device
+    (every sequence's cached and new tokens): a kernel that scores every new token against
+    every cell and masks the rest (unfused attention) does ``m · keys`` scores per head.
     """
 
     name: str
@@ -37,6 +40,7 @@ class Op:
     hops: int = 0
     tokens: float = 0.0
     expert_load: float = 0.0
+    keys: float = 0.0
 
     @property
     def memory_bytes(self) -> float:
