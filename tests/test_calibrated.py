@@ -21,7 +21,8 @@ from phasewise.specs import Parallelism, Precision, Workload
 ROUND = dict(gemm_fraction=0.8, bandwidth_fraction=0.9, bytes_half=1e5, gemm_efficiency=0.5,
              gemm_intensity_half=0.25, attention_efficiency=0.4, attention_bandwidth=1.0,
              bandwidth_efficiency=0.5,
-             dequant_bandwidth=0.8, dequant_compute=0.5, matvec_alu_ops=4.0, kernel_overhead_s=1e-5,
+             dequant_bandwidth=0.8, dequant_compute=0.5, matvec_alu_ops=4.0,
+             kernel_overhead_s=1e-5,
              step_overhead_s=1e-4, parallel_step_overhead_s=5e-4, link_latency_factor=2.0,
              link_efficiency=0.5)
 
@@ -200,6 +201,9 @@ def test_unfused_attention_over_a_unified_cache_scores_every_sequence_s_cells():
         assert score.flops == pytest.approx(4 * 128 * 32 * 32 * causal)
         f = op_features(score, rtx, "fp16", llama)
         assert f.serial_bytes == pytest.approx(24 * 32 * 32 * cells)
+    # a sliding-window layer's cache holds its window (Gemma 3 4B: 1,024) and the new token
+    gemma = build_ledger(load_model("gemma-3-4b"), Step.decode(1, 4096), precision).ops
+    assert sorted(op.keys for op in gemma if op.name == "attn.score") == [1024 + 1, 4096 + 1]
 
 
 def test_a_long_prompt_is_split_into_micro_batches_that_sum_to_the_whole():

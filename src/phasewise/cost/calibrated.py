@@ -33,8 +33,8 @@ first converts its block-quantized weights to a 16-bit buffer in a kernel of its
 16-bit copy; an unfused attention runs its two matmuls at the engine's GEMM rate and moves
 each score through memory (``attention_score_bytes``, serial bytes), scoring every new
 token against every KV cell the pass holds and masking the rest: the ledger's FLOPs (its
-causal pairs) times keys / n, m · keys scores per head; an engine with its own all-reduce kernel
-pays its rounds per call (``allreduce_rounds``) instead of the ledger's tree rounds; a
+causal pairs) times keys / n, m · keys scores per head; an engine with its own all-reduce
+kernel pays its rounds per call (``allreduce_rounds``) instead of the ledger's tree rounds; a
 GEMM whose kernel computes whole tiles of tokens (llama.cpp's routed-expert MMQ tiles,
 ``moe_tile_tokens``; its Metal matrix kernel's 32-token tiles, ``gemm_tile_tokens``) is
 priced at the FLOPs of the tiles, empty columns included; a GEMM the engine runs as

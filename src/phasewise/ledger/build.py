@@ -184,7 +184,7 @@ def _attention_core(model: ModelSpec, step: Step, shard: _Shard, layers: str, ca
         flops += per_pair * group_pairs
         pairs += group_pairs
         cached_read += g.count * cached_keys_read(kept, window) / dp
-        cells += g.count * (kept + g.new_tokens) / dp
+        cells += g.count * (cached_keys_read(kept, window) + g.new_tokens) / dp
     kv_token = kv_bytes_per_token_layer(model, shard.kvb, shard.kv_heads)
     qo = shard.tokens * shard.heads * (model.qk_head_dim + model.value_head_dim) * shard.ab
     return Op("attn.score", "attention", layers, calls, flops * calls,

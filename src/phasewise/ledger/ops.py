@@ -20,8 +20,9 @@ class Op:
     and ``expert_load``, the routed tokens each of the device's experts gets on average
     (uniform routing): how an engine tiles the experts' tokens depends on both.
     An attention op also carries ``keys``, the KV-cache cells its pass holds on the device
-    (every sequence's cached and new tokens): a kernel that scores every new token against
-    every cell and masks the rest (unfused attention) does ``m · keys`` scores per head.
+    (every sequence's cached tokens, or its window, and new tokens): a kernel that scores
+    every new token against every cell and masks the rest (unfused attention) does
+    ``m · keys`` scores per head.
     """
 
     name: str
