@@ -81,6 +81,29 @@ def test_catalog_listing_and_a_sheet_with_sources():
     assert "source" in sheet and "3350" in sheet
 
 
+def test_catalog_engines_lists_variants_and_shows_one_engine():
+    listing = run("catalog", "engines", "--format", "json").stdout
+    engines = {e["name"]: e for e in json.loads(listing)}
+    assert {"llama.cpp", "vllm", "trtllm", "tgi"} <= set(engines)
+    assert {"flash-attn", "cublas-fp16", "mmq-4-token-tiles"} <= {
+        v["name"] for v in engines["llama.cpp"]["variants"]}
+    # an engine without measurements takes the global values: nothing fitted at its level
+    assert engines["tgi"]["fitted_rows"] == 0 and engines["tgi"]["constants"] == {}
+    assert engines["llama.cpp"]["fitted_rows"] > 0
+    one = json.loads(run("catalog", "engines", "llama.cpp+flash-attn", "-f", "json").stdout)
+    assert one["applied"] == ["flash-attn"]
+    # ggml-cuda's mmvq.cuh: '#define MMVQ_MAX_BATCH_SIZE 8'
+    assert one["backend_traits"]["cuda"]["matvec_max_tokens"] == 8
+    # llama.cpp PR #8075 (MMQ for every batch size) was merged on 2024-06-24
+    cublas = next(v for v in one["variants"] if v["name"] == "cublas-fp16")
+    assert "a date before 2024-06-24" in cublas["selected_by"] and cublas["backend"] == "cuda"
+    table = run("catalog", "engines", "llama.cpp").stdout
+    assert "mmq-4-token-tiles" in table and "before pr #7716" in table
+    bad = run("catalog", "engines", "llama.cpp+no-such-variant", check=False)
+    assert bad.returncode == 2 and "no-such-variant" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
 def test_estimate_never_imports_torch():
     code = ("import sys; from phasewise.cli import main\n"
             "try:\n    main(['estimate', '--format', 'json'])\nexcept SystemExit:\n    pass\n"

@@ -111,7 +111,9 @@ def engine_option() -> Any:
                                                "calibrated model uses: llama.cpp, vllm, sglang, "
                                                "trtllm (fitted to measurements), tgi, lmdeploy, "
                                                "mlc-llm, mlx, exllama, deepspeed, transformers "
-                                               "(generic values) or generic (default).")
+                                               "(generic values) or generic (default); a "
+                                               "variant after a '+' (llama.cpp+flash-attn): "
+                                               "`phasewise catalog engines` lists them.")
 
 
 def calibration_option() -> Any:

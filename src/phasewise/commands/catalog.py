@@ -8,7 +8,7 @@ import typer
 
 from phasewise.commands._app import app, check_format, console, echo
 
-catalog_app = typer.Typer(help="List or show catalog models, hardware and links.",
+catalog_app = typer.Typer(help="List or show catalog models, hardware, links and engines.",
                           no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
 
@@ -142,3 +142,114 @@ def catalog_links() -> None:
         table.add_row(n, link.name, f"{link.bandwidth_bytes_per_s / 1e9:,.1f} GB/s",
                       f"{link.latency_s * 1e6:.1f} µs", link.source)
     console().print(table)
+
+
+@catalog_app.command("engines")
+def catalog_engines(
+    name: Optional[str] = typer.Argument(None, help="Show one engine: its documented traits "
+                                                    "by backend, its variants and what "
+                                                    "selects each, and its fitted constants."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """Engines the calibrated model knows, with their variants (--engine ENGINE+VARIANT)."""
+    from rich.table import Table
+
+    from phasewise.cost.calibration import load_profile
+    from phasewise.cost.engines import engine_names, resolve_engine
+    from phasewise.report.output import to_json
+
+    check_format(fmt)
+    profile = load_profile(None)
+    if name:
+        engine = resolve_engine(name)
+        doc = _engine_document(engine, profile)
+        if fmt == "json":
+            echo(to_json(doc))
+            return
+        _print_engine(doc)
+        return
+    docs = [_engine_document(resolve_engine(n), profile) for n in engine_names()]
+    if fmt == "json":
+        echo(to_json(docs))
+        return
+    table = Table(title=f"{len(docs)} engines (--engine NAME or NAME+VARIANT; "
+                        "`phasewise catalog engines NAME` for one)")
+    for column in ("name", "engine", "variants", "fitted to"):
+        table.add_column(column)
+    for d in docs:
+        table.add_row(d["name"], d["display_name"], ", ".join(v["name"] for v in d["variants"])
+                      or "—", f"{d['fitted_rows']} measurements" if d["fitted_rows"]
+                      else "generic values")
+    console().print(table)
+
+
+def _engine_document(engine, profile) -> dict:  # noqa: ANN001
+    """One engine as data: traits (base, per backend), variants with their selectors, and
+    the bundled profile's constants at the engine's levels with the rows fitted to."""
+    base = engine.fitted_name
+    levels = {key: values for key, values in profile.values.items()
+              if key == f"engine:{base}" or key.startswith(f"engine:{base}/")}
+    constants = {key: {constant: {"value": value,
+                                  "rows": int(profile.records.get(key, {}).get(constant, {})
+                                              .get("rows", 0) or 0)}
+                       for constant, value in values.items()}
+                 for key, values in sorted(levels.items())}
+    rows = max((c["rows"] for values in constants.values() for c in values.values()), default=0)
+    return {
+        "name": base, "display_name": engine.display_name, "aliases": list(engine.aliases),
+        "source": engine.source, "traits": dict(engine.traits),
+        "backend_traits": {backend: dict(pairs) for backend, pairs in engine.backend_traits},
+        "variants": [{"name": v.name, "backend": v.backend or "any",
+                      "selected_by": _selectors(v), "traits": dict(v.traits),
+                      "source": v.source} for v in engine.variants],
+        "applied": list(engine.applied), "fitted_rows": rows, "constants": constants}
+
+
+def _selectors(variant) -> list[str]:  # noqa: ANN001
+    """What chooses a variant: its name after a '+', and what a measurement's software
+    description may say."""
+    chosen = [f"--engine ...+{variant.name}"]
+    chosen += [f"'{phrase}'" for phrase in variant.when]
+    if variant.before_date:
+        chosen.append(f"a date before {variant.before_date.isoformat()}")
+    if variant.before_build:
+        chosen.append(f"a build before {variant.before_build}")
+    return chosen
+
+
+def _print_engine(doc: dict) -> None:
+    from rich.table import Table
+
+    title = f"{doc['display_name']} ({doc['name']})"
+    if doc["applied"]:
+        title += f" with {', '.join(doc['applied'])}"
+    table = Table(title=title, show_header=True)
+    for column in ("section", "field", "value"):
+        table.add_column(column)
+    table.add_row("", "aliases", ", ".join(doc["aliases"]) or "—")
+    table.add_row("", "source", doc["source"])
+    for key, value in doc["traits"].items():
+        table.add_row("traits", key, _trait_text(value))
+    for backend, traits in doc["backend_traits"].items():
+        for key, value in traits.items():
+            table.add_row(f"traits on {backend}", key, _trait_text(value))
+    for variant in doc["variants"]:
+        section = f"variant {variant['name']}"
+        table.add_row(section, "backend", variant["backend"])
+        table.add_row(section, "selected by", "; ".join(variant["selected_by"]))
+        for key, value in variant["traits"].items():
+            table.add_row(section, key, _trait_text(value))
+        table.add_row(section, "source", variant["source"])
+    for level, values in doc["constants"].items():
+        for constant, entry in values.items():
+            rows = f" ({entry['rows']} rows)" if entry["rows"] else ""
+            table.add_row(f"fitted {level}", constant, f"{entry['value']:.4g}{rows}")
+    if not doc["constants"]:
+        table.add_row("fitted", "—", "no measurements: the global (generic) values")
+    console().print(table)
+
+
+def _trait_text(value) -> str:  # noqa: ANN001
+    if isinstance(value, tuple) and len(value) > 8:
+        return f"[{', '.join(map(str, value[:8]))}, ... ({len(value)} entries)]"
+    return str(list(value) if isinstance(value, tuple) else value)
