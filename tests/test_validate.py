@@ -199,6 +199,26 @@ def test_bad_rows_are_named_and_the_rest_kept(tmp_path):
     assert "skipped 4 row(s)" in result.stderr and "colour" in result.stderr
 
 
+def test_rows_faster_than_the_speed_of_light_floor_are_named(tmp_path):
+    # Llama 3.1 8B in bf16 holds 8.03e9 weights = 16.06 GB; an H100 SXM streams 3.35 TB/s,
+    # so a decode step cannot take less than 16.06 / 3350 s = 4.8 ms: 1,000 tokens/s (1 ms)
+    # beats the floor, 100 tokens/s (10 ms) does not.
+    path = tmp_path / "fast.csv"
+    path.write_text(_rows(
+        "TOO-FAST,decode,S,NVIDIA H100 SXM,1,Llama 3.1 8B,BF16,vLLM,TP1,1,,128,0,tg128_throughput,1000,tokens/s",
+        "PLAUSIBLE,decode,S,NVIDIA H100 SXM,1,Llama 3.1 8B,BF16,vLLM,TP1,1,,128,0,tg128_throughput,100,tokens/s",
+    ))
+    result = run("validate", "--measurements", str(path))
+    assert "1 row(s) measured faster than the speed-of-light floor" in result.stderr
+    assert "TOO-FAST" in result.stderr and "PLAUSIBLE" not in result.stderr
+    doc = json.loads(run("validate", "--measurements", str(path), "-f", "json").stdout)
+    assert doc["faster_than_floor"] == ["TOO-FAST"]
+    why = run("validate", "--measurements", str(path), "--why", "TOO-FAST").stdout
+    assert "measured faster than the speed-of-light floor" in why
+    assert "faster than" not in run("validate", "--measurements", str(path), "--why",
+                                    "PLAUSIBLE").stdout
+
+
 def test_a_file_without_the_needed_columns_is_one_line_and_exit_2(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("record_id,value\nA,1\n")

@@ -10,7 +10,7 @@ from phasewise.version import __version__
 from phasewise.cost.calibration import load_profile, profile_to_toml
 from phasewise.files import write_atomic
 from phasewise.validate.measurements import MeasurementFile, Problem
-from phasewise.validate.run import Prediction, dataset, fit, holdout, in_sample
+from phasewise.validate.run import FLOOR_BEATEN, Prediction, dataset, fit, holdout, in_sample
 from phasewise.validate.run import leave_one_source_out as every_source_held_out
 from phasewise.validate.run import match_source, short_source, sources
 from phasewise.validate.score import Score, prediction_rows, score, score_rows
@@ -40,7 +40,18 @@ class ValidationOutcome:
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} row(s) that could not be read or mapped:")
             lines += [f"  {p}" for p in self.skipped]
+        beaten = self.faster_than_floor()
+        if beaten:
+            lines.append(f"{len(beaten)} row(s) measured faster than the speed-of-light floor "
+                         f"({FLOOR_BEATEN}):")
+            lines += [f"  {p.record_id} ({p.hardware}, {p.model or p.phase}): floor "
+                      f"{p.floor_error:+.1%} of the measured time" for p in beaten]
         return lines
+
+    def faster_than_floor(self) -> list[Prediction]:
+        """The rows measured faster than their speed-of-light floor, furthest first."""
+        return sorted((p for p in self.predictions if p.beats_floor),
+                      key=lambda p: p.floor_error, reverse=True)
 
     def document(self) -> dict:
         return {
@@ -50,6 +61,7 @@ class ValidationOutcome:
             "predictions": prediction_rows(self.predictions),
             "excluded": [_problem(p) for p in self.excluded],
             "skipped": [_problem(p) for p in self.skipped],
+            "faster_than_floor": [p.record_id for p in self.faster_than_floor()],
             "unknown_columns": self.unknown_columns,
         }
 

@@ -56,6 +56,21 @@ class Prediction:
     def floor_error(self) -> float:
         return self.floor_s / self.measured_s - 1.0
 
+    @property
+    def beats_floor(self) -> bool:
+        """Measured faster than the speed-of-light floor (``FLOOR_BEATEN`` says what that
+        can mean)."""
+        return self.floor_s > self.measured_s
+
+
+# What a measurement faster than the speed-of-light floor says: the floor is the ledger's
+# FLOPs and bytes at the sheet's peak and bandwidth, so one of those is above the truth.
+FLOOR_BEATEN = ("the floor takes the ledger's FLOPs and bytes at the sheet's peak and "
+                "bandwidth, so a sheet figure is below what the part reaches (a GPU boosting "
+                "above its rated clock), the ledger counts more than the run moved (MoE "
+                "routing that touches fewer experts than uniform routing does), or the row "
+                "does not describe its run")
+
 
 @dataclass
 class Dataset:

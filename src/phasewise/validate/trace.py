@@ -17,8 +17,8 @@ from phasewise.cost.calibrated import Calibrated
 from phasewise.cost.calibration import ConstantSource, Profile
 from phasewise.errors import InputError
 from phasewise.ledger import build_ledger
-from phasewise.validate.run import (CEILING_KINDS, Prediction, predict, scenario_steps,
-                                    short_source)
+from phasewise.validate.run import (CEILING_KINDS, FLOOR_BEATEN, Prediction, predict,
+                                    scenario_steps, short_source)
 from phasewise.validate.scenario import Scenario
 
 # The causes a row's time splits into: each operator counts max(compute, memory) as
@@ -42,7 +42,8 @@ class RowTrace:
                 "hardware": p.hardware, "model": p.model, "engine": p.engine,
                 "metric": p.metric, "unit": p.unit, "measured": p.measured,
                 "predicted": p.predicted, "floor": p.floor, "error": p.error,
-                "floor_error": p.floor_error, "profile": self.profile,
+                "floor_error": p.floor_error, "faster_than_floor": p.beats_floor,
+                "profile": self.profile,
                 "command": self.command, "command_uses_this_fit": not self.in_memory,
                 "causes_s": dict(self.causes),
                 "constants": [asdict(c) for c in self.constants]}
@@ -59,6 +60,8 @@ class RowTrace:
                f"  measured {p.measured:.4g}, expected {p.predicted:.4g} ({p.error:+.1%} in "
                f"time), speed of light {p.floor:.4g} ({p.floor_error:+.1%}); profile "
                f"'{self.profile}'"]
+        if p.beats_floor:
+            out.append(f"  measured faster than the speed-of-light floor: {FLOOR_BEATEN}")
         if self.command and self.in_memory:
             out.append(f"  same scenario (bundled profile, not this fit): {self.command}")
         elif self.command:
