@@ -50,3 +50,27 @@ def test_moe_flops_follow_routed_tokens_not_distinct_experts():
 def test_deepseek_v3_has_three_dense_layers_then_moe():
     groups = {g.mlp: g.count for g in load_model("deepseek-v3").layer_groups}
     assert groups == {"dense": 3, "moe": 58}
+
+
+def test_mxfp4_moe_file_type_stores_experts_in_mxfp4_and_the_rest_in_q8_0():
+    # llama.cpp's MXFP4_MOE file type (llama-quant.cpp: 'MoE tensors -> MXFP4, other
+    # tensors -> Q8_0'): block_mxfp4 is 17 B per 32 weights (4.25 bits), block_q8_0 34 B
+    # per 32 (8.5 bits). gpt-oss-20b (config.json): 24 layers, hidden 2880, 32 experts of
+    # 3 x 2880 x 2880, top-4, 64 query and 8 KV heads of 64 dims.
+    model = load_model("gpt-oss-20b")
+    precision = Precision("MXFP4 MoE", "fp16", "fp16")
+    assert precision.weights == "MXFP4_MOE"
+    assert (precision.weight_bytes, precision.expert_weight_bytes) == (8.5 / 8, 4.25 / 8)
+    ledger = build_ledger(model, Step.decode(1, 100), precision)
+    expert = 3 * 2880 * 2880
+    experts = sum(op.weights for op in ledger.select("moe.experts"))
+    assert experts == pytest.approx(24 * 4 * expert * 4.25 / 8)  # one token: its top-4
+    qkv = sum(op.weights for op in ledger.select("attn.qkv"))
+    assert qkv == pytest.approx(24 * 2880 * (64 + 2 * 8) * 64 * 8.5 / 8)
+    # llama-bench prints 11.27 GiB for this file and 59.02 GiB for gpt-oss-120b (llama.cpp
+    # benches/dgx-spark.md); the rest is F32 norms, biases and attention sinks
+    from phasewise.ledger import weight_bytes_per_device
+    from phasewise.specs import Parallelism
+    for name, gib in (("gpt-oss-20b", 11.27), ("gpt-oss-120b", 59.02)):
+        held = weight_bytes_per_device(load_model(name), precision, Parallelism()) / 2**30
+        assert held == pytest.approx(gib, rel=0.01)

@@ -90,6 +90,9 @@ def test_a_name_that_is_only_checkpoint_words_still_fails_clearly():
     # quantize's table: Q3_K_S is 3.41 GiB for Llama-3-8B's 8.03 B weights:
     # 3.41 * 2^30 * 8 / 8.03e9 = 3.648 bits.
     ("Q3_K - Small", 3.65),
+    # llama-bench's 'MXFP4 MoE' (the MXFP4_MOE file type): every weight but the routed
+    # experts in Q8_0, 34 B / 32 = 8.5 bits (the experts: 17 B / 32 = 4.25 bits)
+    ("MXFP4 MoE", 8.5),
 ])
 def test_gguf_i_quants_and_k_quant_mixes_map_to_their_bits(written, bits):
     precision = precision_for(written)

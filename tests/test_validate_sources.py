@@ -247,11 +247,12 @@ def test_the_community_matmul_table_rows_are_bf16_ceilings_of_one_catalog_sheet(
     assert "SXM or" in reasons["TPTD-0054"] and "Volta" in reasons["TPTD-0002"]
 
 
-def test_m2_ultra_rows_without_a_catalog_model_or_format_are_kept_but_excluded():
+def test_m2_ultra_rows_without_a_catalog_model_are_kept_but_excluded():
     rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_m2_ultra.csv").rows
-    assert {r.model for r in rows if r.exclude} == {"gpt-oss 20B", "gpt-oss 120B",
-                                                     "deepseek2 30B.A3B"}
-    assert len([r for r in rows if not r.exclude]) == 3 * (6 + 12 + 3)
+    assert {r.model for r in rows if r.exclude} == {"deepseek2 30B.A3B"}
+    # five models: llama-bench's pp2048 and five tg32 depths, the batched table's 12 decode
+    # steps and 3 single prompts
+    assert len([r for r in rows if not r.exclude]) == 5 * (6 + 12 + 3)
 
 
 def test_a_pull_request_micro_batch_sweep_row_runs_the_prompt_in_its_micro_batches():
@@ -318,10 +319,18 @@ def test_a_2023_metal_prompt_of_four_tokens_is_one_prompt_on_the_m2():
     assert s.measured_s == pytest.approx(4 / 21.54)
 
 
-def test_mxfp4_moe_files_are_kept_but_excluded():
+def test_mxfp4_moe_files_are_scored_with_experts_in_mxfp4():
     rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_dgx_spark.csv").rows
-    assert {r.model for r in rows if r.exclude} == {"gpt-oss 20B", "gpt-oss 120B"}
-    assert all(r.weight_dtype == "MXFP4 MoE" for r in rows if r.exclude)
+    assert not [r.record_id for r in rows if r.exclude]
+    # gpt-oss-120b, 32 sequences after 512-token prompts: T_TG = 3.276 s for 32 steps
+    # (benches/dgx-spark.md, S_TG 312.56 t/s = 32 x 32 / 3.276)
+    s = configured_row("llamacpp_dgx_spark.csv", "SPRK-0096")
+    assert (s.kind, s.model.name, s.precision.weights) == ("decode", "gpt-oss-120b",
+                                                           "MXFP4_MOE")
+    assert s.workload.batch_size == 32 and s.measured_s == pytest.approx(3.276 / 32, rel=2e-3)
+    s = configured_row("llamacpp_m2_ultra.csv", "M2UB-0065")  # tg32, llama-bench
+    assert (s.model.name, s.precision.weights) == ("gpt-oss-20b", "MXFP4_MOE")
+    assert s.measured_s == pytest.approx(1 / 129.97)
 
 def test_ci_rows_whose_gpu_variant_is_unknown_are_excluded():
     rows = load_measurements(MEASUREMENTS_DIR / "vllm_ci_latency.csv").rows

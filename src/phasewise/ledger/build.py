@@ -45,6 +45,7 @@ class _Shard:
     experts: float
     expert_width: float
     wb: float
+    expert_wb: float  # routed-expert weights (a file type may store them apart: MXFP4_MOE)
     ab: float
     kvb: float
     kv_keep: float  # fraction of cached tokens the cache keeps (Precision.kv_keep)
@@ -95,6 +96,7 @@ def _shard(model: ModelSpec, step: Step, precision: Precision, par: Parallelism)
         experts=model.num_experts / par.ep,
         expert_width=model.moe_intermediate_size / expert_split,
         wb=precision.weight_bytes,
+        expert_wb=precision.expert_weight_bytes,
         ab=precision.activation_bytes,
         kvb=precision.kv_bytes,
         kv_keep=precision.kv_keep,
@@ -266,7 +268,7 @@ def _moe(model: ModelSpec, shard: _Shard, par: Parallelism, layers: str, calls: 
     expert_params = mats * h * shard.expert_width
     ops.append(Op("moe.experts", "gemm", layers, calls,
                   2.0 * routed_pairs * expert_params * calls,
-                  weights=distinct * expert_params * shard.wb * calls,
+                  weights=distinct * expert_params * shard.expert_wb * calls,
                   activations=2 * routed_pairs * h * shard.ab * calls,
                   m=routed_pairs / max(distinct, 1e-9), n=mats * shard.expert_width, k=h,
                   tokens=shard.moe_tokens, expert_load=shard.moe_tokens * k / e))

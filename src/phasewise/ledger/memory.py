@@ -15,8 +15,8 @@ def weight_bytes_per_device(model: ModelSpec, precision: Precision, par: Paralle
     counts = param_counts(model)
     moe_layers = sum(g.count for g in model.layer_groups if g.mlp == "moe")
     experts = moe_layers * model.num_experts * expert_params(model) if model.is_moe else 0.0
-    per_device = (counts.total - experts) / par.tp + experts / max(par.tp, par.ep)
-    return per_device / par.pp * precision.weight_bytes
+    return ((counts.total - experts) / par.tp * precision.weight_bytes
+            + experts / max(par.tp, par.ep) * precision.expert_weight_bytes) / par.pp
 
 
 def kv_cache_bytes_per_device(model: ModelSpec, precision: Precision, par: Parallelism, *,

@@ -19,10 +19,18 @@ class NumberFormat:
     bits_per_element: float
     math_format: str | None  # None: weight-only storage, computed in the activation format
     source: str
+    # A file type that stores a MoE's routed experts in another format than the rest
+    # (llama.cpp's MXFP4_MOE): their bits per weight (None: as every other weight).
+    expert_bits_per_element: float | None = None
 
     @property
     def bytes_per_element(self) -> float:
         return self.bits_per_element / 8
+
+    @property
+    def expert_bytes_per_element(self) -> float:
+        bits = self.expert_bits_per_element
+        return (self.bits_per_element if bits is None else bits) / 8
 
 
 _GGML_BLOCKS = (
@@ -80,6 +88,11 @@ FORMATS: dict[str, NumberFormat] = {
         NumberFormat("Q3_K_S", 3.65, None, _QUANTIZE_MIX.format(gib=3.41)),
         NumberFormat("Q3_K_L", 4.31, None, _QUANTIZE_MIX.format(gib=4.03)),
         NumberFormat("Q2_K_S", 3.17, None, _QUANTIZE_MIX.format(gib=2.96)),
+        NumberFormat("MXFP4_MOE", 8.5, None, _GGML_BLOCKS + ": llama.cpp's MXFP4_MOE file type "
+                     "(llama-quant.cpp: 'MoE tensors -> MXFP4, other tensors -> Q8_0', the "
+                     "output too): Q8_0 34 B / 32 for every weight but the routed experts, "
+                     "MXFP4 17 B / 32 for those (one e8m0 scale byte and 32 e2m1 values)",
+                     expert_bits_per_element=4.25),
         # The i-quants and ternary types: bits per weight as llama.cpp's quantize lists them.
         *(NumberFormat(name, bpw, None, _QUANTIZE_BPW.format(bpw=bpw)) for name, bpw in (
             ("IQ1_S", 1.56), ("IQ1_M", 1.75), ("IQ2_XXS", 2.06), ("IQ2_XS", 2.31),
@@ -94,6 +107,7 @@ _ALIASES = {
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "f16": "F16",
     "fp8_e4m3": "fp8", "e4m3": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8",
     "mxfp4": "fp4", "w4a16": "int4", "awq": "int4", "gptq": "int4",
+    "mxfp4 moe": "MXFP4_MOE", "mxfp4-moe": "MXFP4_MOE",
 }
 
 
@@ -143,6 +157,12 @@ class Precision:
     @property
     def weight_bytes(self) -> float:
         return number_format(self.weights).bytes_per_element
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes per routed-expert weight: the weights' own, unless their format is a file
+        type that stores the experts apart (MXFP4_MOE)."""
+        return number_format(self.weights).expert_bytes_per_element
 
     @property
     def activation_bytes(self) -> float:
