@@ -81,6 +81,19 @@ def test_catalog_listing_and_a_sheet_with_sources():
     assert "source" in sheet and "3350" in sheet
 
 
+def test_catalog_formats_lists_bits_per_weight_with_their_sources():
+    formats = {f["name"]: f for f in json.loads(run("catalog", "formats", "-f", "json").stdout)}
+    # ggml block layouts: Q4_0 is an fp16 scale and 16 bytes of nibbles per 32 weights
+    # (18 B / 32 = 4.5 bits); MXFP4_MOE keeps routed experts in MXFP4 (17 B / 32 = 4.25)
+    # and the rest in Q8_0 (34 B / 32 = 8.5)
+    assert formats["Q4_0"]["bits_per_element"] == 4.5
+    assert formats["Q4_0"]["expert_bits_per_element"] is None
+    assert (formats["MXFP4_MOE"]["bits_per_element"],
+            formats["MXFP4_MOE"]["expert_bits_per_element"]) == (8.5, 4.25)
+    assert formats["bf16"]["math_format"] == "bf16" and all(f["source"] for f in formats.values())
+    assert "MXFP4_MOE" in run("catalog", "formats").stdout
+
+
 def test_catalog_engines_lists_variants_and_shows_one_engine():
     listing = run("catalog", "engines", "--format", "json").stdout
     engines = {e["name"]: e for e in json.loads(listing)}

@@ -70,7 +70,7 @@ def console() -> Any:
 def weight_dtype_option() -> Any:
     return typer.Option("bf16", "--weight-dtype",
                         help="Weight format: bf16, fp16, fp8, int8, int4, fp4 or a GGUF type "
-                             "(Q4_K_M…).")
+                             "(Q4_K_M…, MXFP4_MOE); `phasewise catalog formats` lists them.")
 
 
 def act_dtype_option() -> Any:

@@ -8,7 +8,7 @@ import typer
 
 from phasewise.commands._app import app, check_format, console, echo
 
-catalog_app = typer.Typer(help="List or show catalog models, hardware, links and engines.",
+catalog_app = typer.Typer(help="List or show catalog models, hardware, links, engines and number formats.",
                           no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
 
@@ -253,3 +253,34 @@ def _trait_text(value) -> str:  # noqa: ANN001
     if isinstance(value, tuple) and len(value) > 8:
         return f"[{', '.join(map(str, value[:8]))}, ... ({len(value)} entries)]"
     return str(list(value) if isinstance(value, tuple) else value)
+
+
+@catalog_app.command("formats")
+def catalog_formats(
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """Number formats --weight-dtype, --act-dtype and --kv-dtype take: bits per element
+    (block scales included), the matmul format, and the source of each figure."""
+    from rich.table import Table
+
+    from phasewise.report.output import to_json
+    from phasewise.specs.precision import FORMATS
+
+    check_format(fmt)
+    rows = [{"name": f.name, "bits_per_element": f.bits_per_element,
+             "expert_bits_per_element": f.expert_bits_per_element,
+             "math_format": f.math_format or "the activations'", "source": f.source}
+            for f in FORMATS.values()]
+    if fmt == "json":
+        echo(to_json(rows))
+        return
+    table = Table(title=f"{len(rows)} number formats (weight-only formats compute in the "
+                        "activation format)")
+    for column in ("name", "bits", "matmul in", "source"):
+        table.add_column(column)
+    for r in rows:
+        bits = f"{r['bits_per_element']:g}"
+        if r["expert_bits_per_element"] is not None:
+            bits += f" ({r['expert_bits_per_element']:g} routed experts)"
+        table.add_row(r["name"], bits, r["math_format"], r["source"])
+    console().print(table)
