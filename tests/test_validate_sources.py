@@ -323,14 +323,39 @@ def test_mxfp4_moe_files_are_scored_with_experts_in_mxfp4():
     rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_dgx_spark.csv").rows
     assert not [r.record_id for r in rows if r.exclude]
     # gpt-oss-120b, 32 sequences after 512-token prompts: T_TG = 3.276 s for 32 steps
-    # (benches/dgx-spark.md, S_TG 312.56 t/s = 32 x 32 / 3.276)
-    s = configured_row("llamacpp_dgx_spark.csv", "SPRK-0096")
+    # (benches/dgx-spark.md, S_TG 312.56 t/s = 32 x 32 / 3.276); it maps, but is not
+    # scored (test_batched_bench_moe_rows_are_mapped_but_not_scored)
+    s = scenario_for(bundled_row("llamacpp_dgx_spark.csv", "SPRK-0096"))
     assert (s.kind, s.model.name, s.precision.weights) == ("decode", "gpt-oss-120b",
                                                            "MXFP4_MOE")
     assert s.workload.batch_size == 32 and s.measured_s == pytest.approx(3.276 / 32, rel=2e-3)
+    s = configured_row("llamacpp_dgx_spark.csv", "SPRK-0091")  # the same table, B = 1
+    assert (s.model.name, s.precision.weights, s.workload.batch_size) == (
+        "gpt-oss-120b", "MXFP4_MOE", 1)
+    assert s.measured_s == pytest.approx(1 / 57.28)
     s = configured_row("llamacpp_m2_ultra.csv", "M2UB-0065")  # tg32, llama-bench
     assert (s.model.name, s.precision.weights) == ("gpt-oss-20b", "MXFP4_MOE")
     assert s.measured_s == pytest.approx(1 / 129.97)
+
+def test_batched_bench_moe_rows_are_mapped_but_not_scored():
+    # llama-batched-bench adds token id 0 at every position of every sequence, so a MoE
+    # step over B > 1 sequences routes copies, and its prompt is one token repeated: the
+    # rows map but are excluded, saying why. One sequence's decode, dense models under the
+    # same tool, and llama-bench's random-token prompts of the same MoE models are scored.
+    data = dataset([load_measurements(MEASUREMENTS_DIR / "llamacpp_dgx_spark.csv")])
+    scored = {s.record_id for s in data.scenarios}
+    why = {p.record_id: p.reason for p in data.excluded}
+    assert "32 copies of one sequence" in why["SPRK-0096"]       # gpt-oss-120b, B 32
+    assert "one repeated token" in why["SPRK-0103"]              # its PP 512 prompt
+    assert "copies" in why["SPRK-0008"]                          # Qwen3-30B-A3B, B 2
+    assert {"SPRK-0091", "SPRK-0007", "SPRK-0033", "SPRK-0001"} <= scored
+    # the page's MoE batched-bench rows: 3 models x (5 batch sizes x 2 prompts + 3 prompts)
+    assert len([r for r in why.values() if "llama-batched-bench" in r]) == 3 * (5 * 2 + 3)
+    # the rule reads the tool, not the page: the same MoE step from llama-bench is scored
+    s = scenario_for(bundled_row("llamacpp_dgx_spark.csv", "SPRK-0096"))
+    assert scenario_module.unscorable(s, "llama.cpp llama-bench, CUDA backend") == ""
+    assert scenario_module.unscorable(s, "llama.cpp llama-batched-bench, CUDA") != ""
+
 
 def test_ci_rows_whose_gpu_variant_is_unknown_are_excluded():
     rows = load_measurements(MEASUREMENTS_DIR / "vllm_ci_latency.csv").rows

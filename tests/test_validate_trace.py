@@ -14,9 +14,10 @@ from phasewise.validate.trace import find_scenarios, trace
 
 # One row of each shape the causes must add up over: a llama.cpp prompt in micro-batches
 # through the dequant buffer (serial bytes), a Metal decode, a TP8 decode with collectives,
-# a batched MoE decode, a server TTFT, an end-to-end batch latency, and a device ceiling.
-ROWS = ("LPCU-0014", "LCPP-0362", "PHPR-0022", "SPRK-0012", "LIB-T011", "LIB-E001",
-        "GEMM-0001")
+# a batched decode of 32 sequences, a MoE batch end to end, a server TTFT, an end-to-end
+# batch latency, and a device ceiling.
+ROWS = ("LPCU-0014", "LCPP-0362", "PHPR-0022", "SPRK-0033", "VLCI-0003", "LIB-T011",
+        "LIB-E001", "GEMM-0001")
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,8 @@ class ValidationOutcome:
         if self.unknown_columns:
             lines.append(f"ignored unknown column(s): {', '.join(self.unknown_columns)}")
         if self.excluded:
-            lines.append(f"excluded {len(self.excluded)} row(s) their file marks for exclusion:")
+            lines.append(f"excluded {len(self.excluded)} row(s) their file marks for exclusion or "
+                         "whose workload the ledger cannot describe:")
             lines += [f"  {p}" for p in self.excluded]
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} row(s) that could not be read or mapped:")

@@ -20,7 +20,7 @@ from phasewise.estimate import estimate
 from phasewise.ledger import Step, build_ledger
 from phasewise.validate.measurements import MeasurementFile, Problem
 from phasewise.validate.scenario import (MappingError, Scenario, predicted_seconds,
-                                         predicted_value, scenario_for)
+                                         predicted_value, scenario_for, unscorable)
 
 PHASE_KINDS = ("prefill", "decode", "end_to_end")
 # As ``estimate`` averages decode: Simpson's rule over the first, middle and last context.
@@ -81,8 +81,9 @@ class Dataset:
 
 
 def dataset(files: Sequence[MeasurementFile]) -> Dataset:
-    """Scenarios for every row that maps; a Problem for every row that does not, and for
-    every row its file marks excluded (kept out of fits and scores, and said so)."""
+    """Scenarios for every row that maps; a Problem for every row that does not, for every
+    row its file marks excluded, and for every row whose workload the ledger cannot
+    describe (``unscorable``): kept out of fits and scores, and said so."""
     out = Dataset([])
     for file in files:
         out.skipped += [Problem(p.line, p.record_id, f"{_name(file.path)}: {p.reason}")
@@ -93,9 +94,14 @@ def dataset(files: Sequence[MeasurementFile]) -> Dataset:
                 out.excluded.append(Problem(row.line, row.record_id, row.exclude))
                 continue
             try:
-                out.scenarios.append(_configured(scenario_for(row), row.software_stack))
+                scenario = _configured(scenario_for(row), row.software_stack)
             except (MappingError, InputError) as err:
                 out.skipped.append(Problem(row.line, row.record_id, f"{_name(file.path)}: {err}"))
+                continue
+            if why := unscorable(scenario, row.software_stack):
+                out.excluded.append(Problem(row.line, row.record_id, why))
+            else:
+                out.scenarios.append(scenario)
     return out
 
 

@@ -336,6 +336,36 @@ def scenario_for(row) -> Scenario:  # noqa: ANN001 - a validate.measurements.Mea
     raise MappingError(f"unknown metric '{row.metric}'")
 
 
+# Benchmark tools whose every token is the same token id. llama-batched-bench adds token 0 at
+# every position of every sequence, prompt and generation alike (batched-bench.cpp:
+# common_batch_add(batch, 0, pos, {seq}, ...)), so its B sequences are copies of one
+# another and its prompt is one token repeated.
+SAME_TOKEN_TOOLS = ("llama-batched-bench", "batched-bench")
+
+
+def unscorable(scenario: Scenario, software: str) -> str:
+    """Why a row that maps still measures a workload the ledger cannot describe ("" if it
+    can). Dense layers cost the same whatever the tokens are; routed experts do not. A MoE
+    step over copies of one sequence, or a prompt of one repeated token, routes its tokens
+    to the same experts but for rounding noise, so the experts it reads are neither the
+    ledger's uniform routing nor one token's k: how far routing concentrates is not in the
+    row. One sequence's decode step (one token, k experts) is unaffected."""
+    model = scenario.model
+    if model is None or not model.is_moe:
+        return ""
+    lowered = software.lower()
+    if not any(tool in lowered for tool in SAME_TOKEN_TOOLS):
+        return ""
+    if scenario.kind == "decode" and scenario.workload.batch_size == 1:
+        return ""
+    what = ("a prompt of one repeated token" if scenario.kind == "prefill"
+            else f"{scenario.workload.batch_size} copies of one sequence")
+    return (f"{model.name} (MoE) in llama-batched-bench, which feeds token id 0 at every "
+            f"position of every sequence: {what} route to the same experts but for rounding "
+            "noise, so the experts read are neither uniform routing's nor one token's "
+            "(not scored)")
+
+
 def _microbenchmark(row, hardware: HardwareSpec) -> Scenario:  # noqa: ANN001
     unit = " ".join(row.unit.lower().split())
     if row.phase == "gemm":
