@@ -13,6 +13,7 @@ from phasewise.cost.calibration import load_profile
 from phasewise.errors import InputError
 from phasewise.report.validate_plot import source_colours
 from phasewise.specs.precision import number_format
+from phasewise.validate import scenario as scenario_module
 from phasewise.validate.measurements import load_bundled, load_measurements
 from phasewise.validate.run import dataset, fit, holdout, match_source, predict, sources
 from phasewise.validate.scenario import (MappingError, engine_for, parallelism_for,
@@ -220,6 +221,34 @@ def test_rows_faster_than_the_speed_of_light_floor_are_named(tmp_path):
     assert "measured faster than the speed-of-light floor" in why
     assert "faster than" not in run("validate", "--measurements", str(path), "--why",
                                     "PLAUSIBLE").stdout
+
+
+def test_rows_whose_workload_the_ledger_cannot_describe_are_excluded_one_line_a_reason(tmp_path):
+    # llama-batched-bench feeds token 0 everywhere: a MoE model's decode of B > 1 copies and
+    # its prompt of one repeated token are excluded (one shared reason, one summary line);
+    # one sequence's decode, a dense model under the same tool and llama-bench are scored.
+    tool = "llama.cpp llama-batched-bench (CUDA backend)"
+    rows = [f"MOE-B{b},decode,S,NVIDIA GeForce RTX 4090,1,Qwen3-30B-A3B,Q4_0,{tool},"
+            f"single device,{b},,32,512,tg32_throughput,{50 * b},tokens/s" for b in (1, 2, 4, 8, 16, 32)]
+    rows += [f"MOE-PP,prefill,S,NVIDIA GeForce RTX 4090,1,Qwen3-30B-A3B,Q4_0,{tool},"
+             "single device,1,512,,0,pp512_throughput,3000,tokens/s",
+             f"DENSE-B32,decode,S,NVIDIA GeForce RTX 4090,1,Llama 3 8B,Q4_0,{tool},"
+             "single device,32,,32,512,tg32_throughput,1500,tokens/s",
+             "BENCH-PP,prefill,S,NVIDIA GeForce RTX 4090,1,Qwen3-30B-A3B,Q4_0,llama.cpp llama-bench,"
+             "single device,1,512,,0,pp512_throughput,3000,tokens/s"]
+    path = tmp_path / "batched.csv"
+    path.write_text(_rows(*rows))
+    data = dataset([load_measurements(path)])
+    assert {s.record_id for s in data.scenarios} == {"MOE-B1", "DENSE-B32", "BENCH-PP"}
+    assert {p.record_id for p in data.excluded} == {"MOE-B2", "MOE-B4", "MOE-B8", "MOE-B16",
+                                                    "MOE-B32", "MOE-PP"}
+    result = run("validate", "--measurements", str(path))
+    assert "excluded 6 row(s)" in result.stderr
+    line = [x for x in result.stderr.splitlines() if x.startswith("  6 rows (")]
+    assert line == [f"  6 rows (MOE-B2, MOE-B4, MOE-B8, MOE-B16 and 2 more): "
+                    f"{scenario_module.UNSCORABLE_SAME_TOKEN}"]
+    doc = json.loads(run("validate", "--measurements", str(path), "-f", "json").stdout)
+    assert len(doc["excluded"]) == 6
 
 
 def test_a_file_without_the_needed_columns_is_one_line_and_exit_2(tmp_path):

@@ -345,12 +345,14 @@ def test_batched_bench_moe_rows_are_mapped_but_not_scored():
     data = dataset([load_measurements(MEASUREMENTS_DIR / "llamacpp_dgx_spark.csv")])
     scored = {s.record_id for s in data.scenarios}
     why = {p.record_id: p.reason for p in data.excluded}
-    assert "32 copies of one sequence" in why["SPRK-0096"]       # gpt-oss-120b, B 32
-    assert "one repeated token" in why["SPRK-0103"]              # its PP 512 prompt
-    assert "copies" in why["SPRK-0008"]                          # Qwen3-30B-A3B, B 2
+    same_token = scenario_module.UNSCORABLE_SAME_TOKEN
+    assert "token id 0" in same_token and "copies" in same_token
+    assert why["SPRK-0096"] == same_token                         # gpt-oss-120b, B 32
+    assert why["SPRK-0103"] == same_token                         # its PP 512 prompt
+    assert why["SPRK-0008"] == same_token                         # Qwen3-30B-A3B, B 2
     assert {"SPRK-0091", "SPRK-0007", "SPRK-0033", "SPRK-0001"} <= scored
     # the page's MoE batched-bench rows: 3 models x (5 batch sizes x 2 prompts + 3 prompts)
-    assert len([r for r in why.values() if "llama-batched-bench" in r]) == 3 * (5 * 2 + 3)
+    assert list(why.values()).count(same_token) == 3 * (5 * 2 + 3)
     # the rule reads the tool, not the page: the same MoE step from llama-bench is scored
     s = scenario_for(bundled_row("llamacpp_dgx_spark.csv", "SPRK-0096"))
     assert scenario_module.unscorable(s, "llama.cpp llama-bench, CUDA backend") == ""

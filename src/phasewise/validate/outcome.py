@@ -36,11 +36,12 @@ class ValidationOutcome:
             lines.append(f"ignored unknown column(s): {', '.join(self.unknown_columns)}")
         if self.excluded:
             lines.append(f"excluded {len(self.excluded)} row(s) their file marks for exclusion or "
-                         "whose workload the ledger cannot describe:")
-            lines += [f"  {p}" for p in self.excluded]
+                         "whose workload the ledger cannot describe (the JSON document lists "
+                         "each):")
+            lines += grouped_problems(self.excluded)
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} row(s) that could not be read or mapped:")
-            lines += [f"  {p}" for p in self.skipped]
+            lines += grouped_problems(self.skipped)
         beaten = self.faster_than_floor()
         if beaten:
             lines.append(f"{len(beaten)} row(s) measured faster than the speed-of-light floor "
@@ -65,6 +66,27 @@ class ValidationOutcome:
             "faster_than_floor": [p.record_id for p in self.faster_than_floor()],
             "unknown_columns": self.unknown_columns,
         }
+
+
+# Record ids a summary line names before it says how many more share the reason.
+IDS_SHOWN = 4
+
+
+def grouped_problems(problems: Sequence[Problem]) -> list[str]:
+    """One line per reason, in first-seen order: the row when it is alone, else the count
+    and the first few record ids (a file's own exclusions often share one reason)."""
+    groups: dict[str, list[Problem]] = {}
+    for p in problems:
+        groups.setdefault(p.reason, []).append(p)
+    lines = []
+    for reason, group in groups.items():
+        if len(group) == 1:
+            lines.append(f"  {group[0]}")
+            continue
+        ids = [p.record_id or f"line {p.line}" for p in group]
+        more = f" and {len(ids) - IDS_SHOWN} more" if len(ids) > IDS_SHOWN else ""
+        lines.append(f"  {len(ids)} rows ({', '.join(ids[:IDS_SHOWN])}{more}): {reason}")
+    return lines
 
 
 def _problem(p: Problem) -> dict:

@@ -341,6 +341,12 @@ def scenario_for(row) -> Scenario:  # noqa: ANN001 - a validate.measurements.Mea
 # common_batch_add(batch, 0, pos, {seq}, ...)), so its B sequences are copies of one
 # another and its prompt is one token repeated.
 SAME_TOKEN_TOOLS = ("llama-batched-bench", "batched-bench")
+UNSCORABLE_SAME_TOKEN = (
+    "a MoE model under llama-batched-bench, which feeds token id 0 at every position of "
+    "every sequence: its sequences are copies of one another and its prompt one token "
+    "repeated, so they route to the same experts but for rounding noise, and the experts a "
+    "step reads are neither uniform routing's nor one token's (one sequence's decode is "
+    "scored)")
 
 
 def unscorable(scenario: Scenario, software: str) -> str:
@@ -358,12 +364,7 @@ def unscorable(scenario: Scenario, software: str) -> str:
         return ""
     if scenario.kind == "decode" and scenario.workload.batch_size == 1:
         return ""
-    what = ("a prompt of one repeated token" if scenario.kind == "prefill"
-            else f"{scenario.workload.batch_size} copies of one sequence")
-    return (f"{model.name} (MoE) in llama-batched-bench, which feeds token id 0 at every "
-            f"position of every sequence: {what} route to the same experts but for rounding "
-            "noise, so the experts read are neither uniform routing's nor one token's "
-            "(not scored)")
+    return UNSCORABLE_SAME_TOKEN
 
 
 def _microbenchmark(row, hardware: HardwareSpec) -> Scenario:  # noqa: ANN001
