@@ -201,6 +201,9 @@ def test_bad_rows_are_named_and_the_rest_kept(tmp_path):
     for record in ("BAD-DEV", "BAD-MODEL", "BAD-UNIT", "BAD-VALUE"):
         assert record in result.stderr
     assert "skipped 4 row(s)" in result.stderr and "colour" in result.stderr
+    why = run("validate", "--measurements", str(path), "--why", "bad-dev", check=False)
+    assert why.returncode == 2 and "Traceback" not in why.stderr
+    assert "BAD-DEV is skipped, not scored" in why.stderr and "Imaginary GPU 9000" in why.stderr
 
 
 def test_rows_faster_than_the_speed_of_light_floor_are_named(tmp_path):
@@ -249,6 +252,9 @@ def test_rows_whose_workload_the_ledger_cannot_describe_are_excluded_one_line_a_
                     f"{scenario_module.UNSCORABLE_SAME_TOKEN}"]
     doc = json.loads(run("validate", "--measurements", str(path), "-f", "json").stdout)
     assert len(doc["excluded"]) == 6
+    why = run("validate", "--measurements", str(path), "--why", "MOE-B32", check=False)
+    assert why.returncode == 2 and why.stderr.count("\n") == 1
+    assert "MOE-B32 is excluded, not scored: a MoE model under llama-batched-bench" in why.stderr
 
 
 def test_a_file_without_the_needed_columns_is_one_line_and_exit_2(tmp_path):

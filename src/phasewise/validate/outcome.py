@@ -8,6 +8,7 @@ from typing import Sequence
 
 from phasewise.version import __version__
 from phasewise.cost.calibration import load_profile, profile_to_toml
+from phasewise.errors import InputError
 from phasewise.files import write_atomic
 from phasewise.validate.measurements import MeasurementFile, Problem
 from phasewise.validate.run import FLOOR_BEATEN, Prediction, dataset, fit, holdout, in_sample
@@ -126,13 +127,26 @@ def run_validation(files: Sequence[MeasurementFile], *, holdout_source: str | No
                              data.unknown_columns, notes)
 
 
+def _not_scored(ids: Sequence[str], excluded: Sequence[Problem],
+                skipped: Sequence[Problem]) -> None:
+    """An InputError saying why a row asked for is not scored, if one is excluded or
+    skipped (its reason; a record id nothing has is left to ``find_scenarios``)."""
+    for kind, problems in (("excluded", excluded), ("skipped", skipped)):
+        by_id = {p.record_id.lower(): p for p in problems if p.record_id}
+        for i in ids:
+            if (p := by_id.get(i.lower())) is not None:
+                raise InputError(f"--why: {p.record_id} is {kind}, not scored: {p.reason}")
+
+
 def explain_rows(files: Sequence[MeasurementFile], ids: Sequence[str], *,
                  holdout_source: str | None = None, leave_one_source_out: bool = False,
                  refit: bool = False, calibration: str | None = None) -> list[RowTrace]:
     """``ids`` explained under the fit the mode chooses: the bundled (or a given) profile,
     an in-sample refit, the fit without ``holdout_source``, or, leaving each source out,
     the fit without the row's own source (what the leave-one-source-out table scores)."""
-    scenarios = dataset(files).scenarios
+    data = dataset(files)
+    scenarios = data.scenarios
+    _not_scored(ids, data.excluded, data.skipped)
     chosen = find_scenarios(scenarios, ids)
     if leave_one_source_out or holdout_source:
         held = (match_source(holdout_source, sources(scenarios)) if holdout_source else None)
