@@ -336,11 +336,12 @@ def scenario_for(row) -> Scenario:  # noqa: ANN001 - a validate.measurements.Mea
     raise MappingError(f"unknown metric '{row.metric}'")
 
 
-# Benchmark tools whose every token is the same token id. llama-batched-bench adds token 0 at
-# every position of every sequence, prompt and generation alike (batched-bench.cpp:
+# Benchmark tools whose every token is the same token id, as a row's software names them.
+# llama-batched-bench (batched-bench before the llama- prefix) adds token 0 at every
+# position of every sequence, prompt and generation alike (batched-bench.cpp:
 # common_batch_add(batch, 0, pos, {seq}, ...)), so its B sequences are copies of one
 # another and its prompt is one token repeated.
-SAME_TOKEN_TOOLS = ("llama-batched-bench", "batched-bench")
+SAME_TOKEN_TOOLS = ("batched-bench",)
 UNSCORABLE_SAME_TOKEN = (
     "a MoE model under llama-batched-bench, which feeds token id 0 at every position of "
     "every sequence: its sequences are copies of one another and its prompt one token "
