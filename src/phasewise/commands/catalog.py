@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional, Sequence
 
 import typer
 
@@ -19,7 +19,6 @@ def catalog_models(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """The embedded models with parameter counts and KV bytes per token (bf16)."""
-    from rich.table import Table
 
     from phasewise.catalog import load_model, model_index, model_names
     from phasewise.ledger import param_counts
@@ -42,16 +41,13 @@ def catalog_models(
     if fmt == "json":
         echo(to_json(rows if not name else rows[0]))
         return
-    table = Table(title=f"{len(rows)} models")
-    for column in ("name", "params", "active", "layers", "attention", "KV/token (bf16)",
-                   "max context", "HF repo"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(r["name"], f"{r['params_total'] / 1e9:,.2f} B",
-                      f"{r['params_active'] / 1e9:,.2f} B", str(r["layers"]), r["attention"],
-                      f"{r['kv_bytes_per_token_bf16'] / 1024:,.1f} KiB", f"{r['max_context']:,}",
-                      r["hf_repo"])
-    console().print(table)
+    _print_table(f"{len(rows)} models",
+                 ("name", "params", "active", "layers", "attention", "KV/token (bf16)",
+                  "max context", "HF repo"),
+                 ((r["name"], f"{r['params_total'] / 1e9:,.2f} B",
+                   f"{r['params_active'] / 1e9:,.2f} B", str(r["layers"]), r["attention"],
+                   f"{r['kv_bytes_per_token_bf16'] / 1024:,.1f} KiB", f"{r['max_context']:,}",
+                   r["hf_repo"]) for r in rows))
 
 
 def _attention_kind(spec) -> str:  # noqa: ANN001
@@ -71,7 +67,6 @@ def catalog_hardware(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """The embedded devices, or one device's sheet with the source of every figure."""
-    from rich.table import Table
 
     from phasewise.catalog import hardware_names, hardware_sheet, load_hardware
     from phasewise.report.output import to_json
@@ -93,20 +88,20 @@ def catalog_hardware(
                        "memory_bandwidth_bytes_per_s": d.memory_bandwidth_bytes_per_s,
                        "price_usd_per_hour": d.price_usd_per_hour} for d in devices]))
         return
-    table = Table(title=f"{len(devices)} devices (dense peaks)")
-    for column in ("name", "device", "class", "bf16/fp16 TFLOP/s", "fp8 TFLOP/s", "memory",
-                   "bandwidth", "ridge (bf16)", "$/h"):
-        table.add_column(column)
-    for d in devices:
-        half = d.peak_flops_per_s.get("bf16") or d.peak_flops_per_s.get("fp16")
-        fp8 = d.peak_flops_per_s.get("fp8")
-        table.add_row(d.name, d.display_name, d.device_class,
-                      f"{half / 1e12:,.1f}" if half else "—", f"{fp8 / 1e12:,.1f}" if fp8 else "—",
-                      f"{d.memory_bytes / 1e9:,.0f} GB",
-                      f"{d.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
-                      f"{half / d.memory_bandwidth_bytes_per_s:,.0f}" if half else "—",
-                      f"{d.price_usd_per_hour:.2f}" if d.price_usd_per_hour else "—")
-    console().print(table)
+    _print_table(f"{len(devices)} devices (dense peaks)",
+                 ("name", "device", "class", "bf16/fp16 TFLOP/s", "fp8 TFLOP/s", "memory",
+                  "bandwidth", "ridge (bf16)", "$/h"),
+                 (_device_row(d) for d in devices))
+
+
+def _device_row(d) -> tuple[str, ...]:  # noqa: ANN001 - a HardwareSpec
+    half = d.peak_flops_per_s.get("bf16") or d.peak_flops_per_s.get("fp16")
+    fp8 = d.peak_flops_per_s.get("fp8")
+    return (d.name, d.display_name, d.device_class,
+            f"{half / 1e12:,.1f}" if half else "—", f"{fp8 / 1e12:,.1f}" if fp8 else "—",
+            f"{d.memory_bytes / 1e9:,.0f} GB", f"{d.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
+            f"{half / d.memory_bandwidth_bytes_per_s:,.0f}" if half else "—",
+            f"{d.price_usd_per_hour:.2f}" if d.price_usd_per_hour else "—")
 
 
 def _sheet_table(sheet: dict):  # noqa: ANN202
@@ -130,18 +125,13 @@ def _sheet_table(sheet: dict):  # noqa: ANN202
 @catalog_app.command("links")
 def catalog_links() -> None:
     """Network links for KV-cache transfer between machines."""
-    from rich.table import Table
 
     from phasewise.catalog import link_names, load_link
 
-    table = Table(title="links")
-    for column in ("name", "link", "bandwidth", "latency", "source"):
-        table.add_column(column)
-    for n in link_names():
-        link = load_link(n)
-        table.add_row(n, link.name, f"{link.bandwidth_bytes_per_s / 1e9:,.1f} GB/s",
-                      f"{link.latency_s * 1e6:.1f} µs", link.source)
-    console().print(table)
+    links = [(n, load_link(n)) for n in link_names()]
+    _print_table("links", ("name", "link", "bandwidth", "latency", "source"),
+                 ((n, link.name, f"{link.bandwidth_bytes_per_s / 1e9:,.1f} GB/s",
+                   f"{link.latency_s * 1e6:.1f} µs", link.source) for n, link in links))
 
 
 @catalog_app.command("engines")
@@ -152,7 +142,6 @@ def catalog_engines(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """Engines the calibrated model knows, with their variants (--engine ENGINE+VARIANT)."""
-    from rich.table import Table
 
     from phasewise.cost.calibration import load_profile
     from phasewise.cost.engines import engine_names, resolve_engine
@@ -172,15 +161,13 @@ def catalog_engines(
     if fmt == "json":
         echo(to_json(docs))
         return
-    table = Table(title=f"{len(docs)} engines (--engine NAME or NAME+VARIANT; "
-                        "`phasewise catalog engines NAME` for one)")
-    for column in ("name", "engine", "variants", "fitted to"):
-        table.add_column(column)
-    for d in docs:
-        table.add_row(d["name"], d["display_name"], ", ".join(v["name"] for v in d["variants"])
-                      or "—", f"{d['fitted_rows']} measurements" if d["fitted_rows"]
-                      else "generic values")
-    console().print(table)
+    _print_table(f"{len(docs)} engines (--engine NAME or NAME+VARIANT; "
+                 "`phasewise catalog engines NAME` for one)",
+                 ("name", "engine", "variants", "fitted to"),
+                 ((d["name"], d["display_name"],
+                   ", ".join(v["name"] for v in d["variants"]) or "—",
+                   f"{d['fitted_rows']} measurements" if d["fitted_rows"] else "generic values")
+                  for d in docs))
 
 
 def _engine_document(engine, profile) -> dict:  # noqa: ANN001
@@ -261,7 +248,6 @@ def catalog_formats(
 ) -> None:
     """Number formats --weight-dtype, --act-dtype and --kv-dtype take: bits per element
     (block scales included), the matmul format, and the source of each figure."""
-    from rich.table import Table
 
     from phasewise.report.output import to_json
     from phasewise.specs.precision import FORMATS
@@ -274,13 +260,25 @@ def catalog_formats(
     if fmt == "json":
         echo(to_json(rows))
         return
-    table = Table(title=f"{len(rows)} number formats (weight-only formats compute in the "
-                        "activation format)")
-    for column in ("name", "bits", "matmul in", "source"):
+    _print_table(f"{len(rows)} number formats (weight-only formats compute in the "
+                 "activation format)", ("name", "bits", "matmul in", "source"),
+                 ((r["name"], _bits_text(r), r["math_format"], r["source"]) for r in rows))
+
+
+def _bits_text(row: dict) -> str:
+    bits = f"{row['bits_per_element']:g}"
+    if row["expert_bits_per_element"] is not None:
+        bits += f" ({row['expert_bits_per_element']:g} routed experts)"
+    return bits
+
+
+def _print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A catalog listing as a table: the title, one column per name, one row per entry."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in columns:
         table.add_column(column)
-    for r in rows:
-        bits = f"{r['bits_per_element']:g}"
-        if r["expert_bits_per_element"] is not None:
-            bits += f" ({r['expert_bits_per_element']:g} routed experts)"
-        table.add_row(r["name"], bits, r["math_format"], r["source"])
+    for row in rows:
+        table.add_row(*row)
     console().print(table)
