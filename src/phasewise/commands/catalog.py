@@ -1,4 +1,5 @@
-"""`phasewise catalog`: list and show the embedded models, devices and links."""
+"""`phasewise catalog`: list and show the embedded models, devices, links, engines and
+number formats."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import typer
 
 from phasewise.commands._app import app, check_format, console, echo
 
-catalog_app = typer.Typer(help="List or show catalog models, hardware, links, engines and number formats.",
-                          no_args_is_help=True)
+catalog_app = typer.Typer(
+    help="List or show catalog models, hardware, links, engines and number formats.",
+    no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
 
 
@@ -19,7 +21,6 @@ def catalog_models(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """The embedded models with parameter counts and KV bytes per token (bf16)."""
-
     from phasewise.catalog import load_model, model_index, model_names
     from phasewise.ledger import param_counts
     from phasewise.report.output import to_json
@@ -67,7 +68,6 @@ def catalog_hardware(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """The embedded devices, or one device's sheet with the source of every figure."""
-
     from phasewise.catalog import hardware_names, hardware_sheet, load_hardware
     from phasewise.report.output import to_json
 
@@ -125,7 +125,6 @@ def _sheet_table(sheet: dict):  # noqa: ANN202
 @catalog_app.command("links")
 def catalog_links() -> None:
     """Network links for KV-cache transfer between machines."""
-
     from phasewise.catalog import link_names, load_link
 
     links = [(n, load_link(n)) for n in link_names()]
@@ -142,7 +141,6 @@ def catalog_engines(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """Engines the calibrated model knows, with their variants (--engine ENGINE+VARIANT)."""
-
     from phasewise.cost.calibration import load_profile
     from phasewise.cost.engines import engine_names, resolve_engine
     from phasewise.report.output import to_json
@@ -248,7 +246,6 @@ def catalog_formats(
 ) -> None:
     """Number formats --weight-dtype, --act-dtype and --kv-dtype take: bits per element
     (block scales included), the matmul format, and the source of each figure."""
-
     from phasewise.report.output import to_json
     from phasewise.specs.precision import FORMATS
 

@@ -34,7 +34,8 @@ def validate(
         None, "--why",
         help="Explain this row (record id, repeatable): its scenario, the estimate command "
              "that reproduces it, its time by cause and each constant with the profile level "
-             "it came from, under the fit the other options choose."),
+             "it came from, under the fit the other options choose (an excluded or skipped "
+             "row: why it is not scored)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
 ) -> None:
     """Accuracy per source and phase, calibrated model and speed of light side by side."""
