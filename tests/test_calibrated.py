@@ -353,6 +353,32 @@ def test_the_fit_recovers_the_matrix_vector_kernels_operations_per_flop():
     assert got.constants.matvec_alu_ops == pytest.approx(6.0, rel=0.05)
 
 
+def test_the_fit_restarts_to_reach_matrix_vector_kernels_its_prior_leaves_memory_bound():
+    """At the prior, 5 operations per FLOP, an A100's one-token Q8_0 products are bound by
+    their bytes (2 x 5 / 19.5e12 = 0.51 ps a weight against 1.06 bytes at about 1.5 TB/s,
+    0.7 ps), so the count gets no gradient from them; rows made with 20 (2.05 ps a weight)
+    can only be explained by it from a start where the ALU side binds. Without the
+    restart the fit reads them as slow block-format streaming instead."""
+    true = {**TRUE, "matvec_alu_ops": 20.0}
+    truth = Profile("truth", values={"global": dict(true)})
+    device = load_hardware("a100-80gb-sxm")
+    cost = Calibrated.for_device(device, engine="llama.cpp", calibration=truth)
+    observations = []
+    for weights in ("Q8_0", "bf16"):
+        for model in ("llama-3-8b", "qwen2.5-0.5b", "llama-2-13b"):
+            for context in (128, 2048):
+                ledger = build_ledger(load_model(model), Step.decode(1, context),
+                                      Precision(weights, "bf16", "bf16"))
+                observations.append(Observation(
+                    f"{weights}-{model}-{context}", "synthetic", device,
+                    resolve_engine("llama.cpp"), cost.step_time(ledger, device).total.time_s,
+                    ((1.0, ledger),)))
+    result = fit_profile(observations)
+    assert max(abs(r) for r in result.log_residuals) < 0.02
+    got = Calibrated.for_device(device, engine="llama.cpp", calibration=result.profile)
+    assert got.constants.matvec_alu_ops == pytest.approx(20.0, rel=0.1)
+
+
 def test_a_microbenchmark_sets_the_device_ceiling_and_phase_rows_the_engine_share():
     """A best-matmul row says the device reaches 0.62 of its peak; the phase rows then say
     how much of that the engine gets (0.7), not a trade between the two."""
