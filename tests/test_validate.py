@@ -15,7 +15,8 @@ from phasewise.report.validate_plot import source_colours
 from phasewise.specs.precision import number_format
 from phasewise.validate import scenario as scenario_module
 from phasewise.validate.measurements import load_bundled, load_measurements
-from phasewise.validate.run import dataset, fit, holdout, match_source, predict, sources
+from phasewise.validate.run import (dataset, fit, holdout, leave_one_source_out, match_source,
+                                    predict, sources)
 from phasewise.validate.scenario import (MappingError, engine_for, parallelism_for,
                                          precision_for, resolve_device, resolve_model,
                                          scenario_for)
@@ -308,3 +309,23 @@ def test_readme_figures_match_what_validate_prints():
     printed = run("validate", "--leave-one-source-out", "--format", "md",
                   timeout=1200).stdout.strip()
     assert _readme_table() == printed
+
+
+def test_leaving_each_source_out_reports_every_fold_before_it_runs():
+    scenarios = [s for s in dataset(load_bundled()).scenarios
+                 if s.source.startswith(("vLLM CI", "GitHub llama-bench"))]
+    heard = []
+    predictions = leave_one_source_out(scenarios, progress=lambda *fold: heard.append(fold))
+    held = sorted({s.source for s in scenarios})
+    assert [(done, total) for done, total, _ in heard] == [(0, 2), (1, 2)]
+    assert sorted(source for _, _, source in heard) == held
+    assert {p.source for p in predictions} == set(held)
+
+
+def test_the_fold_progress_bar_stays_off_the_output_when_stderr_is_not_a_terminal():
+    from phasewise.commands.validate import _fold_progress
+
+    with _fold_progress(True) as progress:  # pytest captures stderr: not a terminal
+        assert progress is None
+    with _fold_progress(False) as progress:
+        assert progress is None

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 
@@ -58,9 +59,11 @@ def validate(
         _why(files, why, fmt, holdout_source=holdout_source,
              leave_one_source_out=leave_one_source_out, refit=refit, calibration=calibration)
         return
-    outcome = run_validation(files, holdout_source=holdout_source,
-                             leave_one_source_out=leave_one_source_out, refit=refit,
-                             calibration=calibration, write_calibration=write_calibration)
+    with _fold_progress(leave_one_source_out) as progress:
+        outcome = run_validation(files, holdout_source=holdout_source,
+                                 leave_one_source_out=leave_one_source_out, refit=refit,
+                                 calibration=calibration, write_calibration=write_calibration,
+                                 progress=progress)
     _render(outcome, fmt, rows)
     if plot is not None:
         from phasewise.report.validate_plot import scatter
@@ -70,6 +73,28 @@ def validate(
         sys.stderr.write(f"wrote {png} and {html}\n")
     for line in outcome.summary_lines():
         sys.stderr.write(line + "\n")
+
+
+@contextmanager
+def _fold_progress(every_source: bool) -> Iterator[Callable[[int, int, str], None] | None]:
+    """A progress bar over the held-out folds (a fit each, minutes in all) on a terminal;
+    nothing when stderr is a file or a pipe."""
+    if not every_source or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from phasewise.validate.run import short_source
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("holding out", total=None)
+
+        def advance(done: int, total: int, source: str) -> None:
+            bar.update(task, completed=done, total=total,
+                       description=f"holding out {short_source(source)}")
+
+        yield advance
 
 
 def _why(files, ids: list[str], fmt: str, **mode) -> None:  # noqa: ANN001, ANN003

@@ -9,7 +9,7 @@ paths to each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from phasewise.cost.calibrated import Calibrated, split_prefill
 from phasewise.cost.calibration import Profile, configure, load_profile
@@ -216,13 +216,19 @@ def holdout(scenarios: Sequence[Scenario], source: str) -> tuple[list[Prediction
     return [predict(s, result.profile) for s in held], result
 
 
-def leave_one_source_out(scenarios: Sequence[Scenario]) -> list[Prediction]:
+def leave_one_source_out(scenarios: Sequence[Scenario], *,
+                         progress: Callable[[int, int, str], None] | None = None
+                         ) -> list[Prediction]:
     """Every source of phase measurements held out in turn: each prefill, decode and
     end-to-end row predicted by a fit that never saw its source. Device microbenchmarks
     (best matmul rate, streaming bandwidth) measure the ceilings the engines' efficiencies
-    are fractions of; they stay in every fold's fit and are not scored here."""
+    are fractions of; they stay in every fold's fit and are not scored here. ``progress``
+    is called before each fold with the folds done, their number and the source."""
     predictions: list[Prediction] = []
-    for source in sources([s for s in scenarios if s.kind in PHASE_KINDS]):
+    held_out = sources([s for s in scenarios if s.kind in PHASE_KINDS])
+    for done, source in enumerate(held_out):
+        if progress is not None:
+            progress(done, len(held_out), source)
         held = holdout(scenarios, source)[0]
         predictions += [p for p in held if p.phase in PHASE_KINDS]
     return predictions
