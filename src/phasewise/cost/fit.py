@@ -14,8 +14,10 @@ build with another code path) cannot drag a constant far from what the other row
 its prior say. The second sum is a ridge toward the parent level, so a level
 without measurements keeps its parent's value (a device no row mentions gets its class's,
 an engine with no rows the pooled one) and a level with few rows moves only as far as
-they pull it. Operators are priced with ``calibrated.priced_parts``, the same lines the
-estimate uses, on numpy columns of every operator of every row.
+they pull it. Where the objective has more than one minimum (``RESTARTS``), the descent
+is started again and the lowest objective kept. Operators are priced with
+``calibrated.priced_parts``, the same lines the estimate uses, on numpy columns of every
+operator of every row.
 """
 
 from __future__ import annotations
