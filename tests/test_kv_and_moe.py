@@ -68,7 +68,7 @@ def test_mxfp4_moe_file_type_stores_experts_in_mxfp4_and_the_rest_in_q8_0():
     qkv = sum(op.weights for op in ledger.select("attn.qkv"))
     assert qkv == pytest.approx(24 * 2880 * (64 + 2 * 8) * 64 * 8.5 / 8)
     # llama-bench prints 11.27 GiB for this file and 59.02 GiB for gpt-oss-120b (llama.cpp
-    # benches/dgx-spark.md); the rest is F32 norms, biases and attention sinks
+    # benches/dgx-spark/dgx-spark.md); the rest is F32 norms, biases and attention sinks
     from phasewise.ledger import weight_bytes_per_device
     from phasewise.specs import Parallelism
     for name, gib in (("gpt-oss-20b", 11.27), ("gpt-oss-120b", 59.02)):
