@@ -136,10 +136,13 @@ def test_llama_cpp_cuda_prefill_dequantized_weights_to_fp16_before_mid_2024():
 
 def test_a_description_of_the_software_selects_the_engine_variant():
     llama = resolve_engine("llama.cpp")
-    cases = {("llama.cpp (May 2024) llama-bench, CUDA", "cuda"): "llama.cpp+cublas-fp16",
+    cases = {("llama.cpp (May 2024) llama-bench, CUDA", "cuda"):
+                 "llama.cpp+cublas-fp16+int8-mxfp4",
              ("llama.cpp llama-bench build 6db2b41a (1988), CUDA backend", "cuda"):
-                 "llama.cpp+cublas-fp16",
+                 "llama.cpp+cublas-fp16+int8-mxfp4",
              ("llama.cpp llama-bench build 233d773d0 (6413), CUDA backend, -fa 1", "cuda"):
+                 "llama.cpp+flash-attn+int8-mxfp4",
+             ("llama.cpp llama-bench build 11fb327bf (7941), CUDA backend, -fa 1", "cuda"):
                  "llama.cpp+flash-attn",
              ("llama.cpp llama-server, CUDA backend (-fa 1 -np 32)", "cuda"):
                  "llama.cpp+flash-attn",
@@ -153,6 +156,43 @@ def test_a_description_of_the_software_selects_the_engine_variant():
     assert chosen.fitted_name == "llama.cpp" and chosen.applied == ("flash-attn",)
     with pytest.raises(InputError, match="cublas-fp16"):
         resolve_engine("llama.cpp+fast")
+
+
+def test_mxfp4_experts_run_on_blackwell_fp4_tensor_cores_in_builds_after_pr_17906():
+    """llama.cpp PR #17906 (merged 2025-12-24, b7536) multiplies MXFP4 weights in MMQ with
+    the block-scaled m16n8k64 FP4 MMA of CC 12.x Blackwell, "2x throughput compared to int8
+    tensor cores": the DGX Spark's sheet has 500 dense FP4 TFLOPS against 250 INT8, the RTX
+    5090's 1676 against 838. Older builds, other devices, other formats and the
+    matrix-vector kernels of a few tokens are priced as before."""
+    llama = resolve_engine("llama.cpp")
+    new = configure(llama, "llama-bench build 11fb327bf (7941), CUDA backend", "cuda")
+    old = configure(llama, "llama-bench build 2f68ce7cf (6918), CUDA backend", "cuda")
+    assert (new.name, old.name) == ("llama.cpp", "llama.cpp+int8-mxfp4")
+    assert configure(llama, "build (7535)", "cuda").name == "llama.cpp+int8-mxfp4"
+    assert configure(llama, "build (7536)", "cuda").name == "llama.cpp"
+    mxfp4, q8 = Precision("MXFP4 MoE", "fp16", "fp16"), Precision("Q8_0", "fp16", "fp16")
+    experts = _prefill_op("moe.experts", mxfp4, tokens=2048, model="gpt-oss-120b")
+    assert experts.block_format == "MXFP4"
+    assert _prefill_op("moe.experts", q8, tokens=2048, model="qwen3-30b-a3b").block_format == ""
+    assert _prefill_op("attn.qkv", mxfp4, tokens=2048, model="gpt-oss-120b").block_format == ""
+
+    def factor(device, engine, op):
+        hardware = load_hardware(device)
+        traits = Calibrated.for_device(hardware, engine=engine).traits
+        return op_features(op, hardware, "fp16", traits).peak_factor
+
+    assert factor("dgx-spark", new, experts) == pytest.approx(500.0 / 250.0)
+    assert factor("dgx-spark", old, experts) == 1.0
+    # a GeForce RTX 5090 also accumulates fp16 at twice its sheet's rate (devices.toml)
+    assert factor("rtx-5090", new, experts) == pytest.approx(2.0 * 1676.0 / 838.0)
+    assert factor("rtx-4090", new, experts) == factor("rtx-4090", old, experts) == 2.0
+    assert factor("b200", new, experts) == 1.0  # sm_100: llama.cpp builds no FP4 path for it
+    one_token = next(op for op in build_ledger(load_model("gpt-oss-120b"), Step.decode(1, 512),
+                                               mxfp4).ops if op.name == "moe.experts")
+    assert one_token.block_format == "MXFP4" and factor("dgx-spark", new, one_token) == 1.0
+    assert factor("dgx-spark", new, _prefill_op("moe.experts", q8, tokens=2048,
+                                                model="qwen3-30b-a3b")) == 1.0
+    assert factor("dgx-spark", resolve_engine("vllm"), experts) == 1.0
 
 
 def test_unfused_attention_moves_every_score_through_memory_at_the_gemm_rate():

@@ -222,7 +222,7 @@ def test_the_cuda_graphs_issue_row_is_one_h100_pcie_decode_token_of_llama_2_7b()
     assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
         "decode", "h100-pcie", "llama-2-7b", "Q4_K_M")
     assert (s.workload.osl, s.workload.batch_size) == (128, 1)
-    assert s.engine.name == "llama.cpp+cublas-fp16"
+    assert s.engine.name == "llama.cpp+cublas-fp16+int8-mxfp4"
     assert s.measured_s == pytest.approx(1 / 143.35)
     rows = load_measurements(MEASUREMENTS_DIR / "llamacpp_cuda_graphs_threads.csv").rows
     assert {r.record_id for r in rows if r.exclude} == {"LCGR-0003", "LCGR-0005"}  # ./main pp
@@ -264,7 +264,7 @@ def test_a_pull_request_micro_batch_sweep_row_runs_the_prompt_in_its_micro_batch
     assert s.engine.name == "llama.cpp" and s.workload.isl == 2048
     assert s.measured_s == pytest.approx(2048 / 339.78)
     configured = configured_row("llamacpp_pr_cuda.csv", "LPCU-0004")
-    assert configured.engine.name == "llama.cpp+cublas-fp16+mmq-4-token-tiles+ub16"
+    assert configured.engine.name == "llama.cpp+cublas-fp16+mmq-4-token-tiles+int8-mxfp4+ub16"
     assert configured.engine.prefill_ubatch_tokens == 16
 
 
@@ -302,11 +302,12 @@ def test_pr_7860_master_rows_ran_mmq_at_every_micro_batch_size():
     converted = 8.03e9 - 2 * 128256 * 4096
     assert converted * (2 + 2) / 1008e9 > 64 / 3387.63
     s = configured_row("llamacpp_pr_cuda.csv", "LPCU-0014")
-    assert s.engine.name == "llama.cpp+cublas-fp16+force-mmq+ub64"
+    assert s.engine.name == "llama.cpp+cublas-fp16+force-mmq+int8-mxfp4+ub64"
     traits = Calibrated.for_device(s.hardware, engine=s.engine).traits
     assert traits.dequant_buffer_above_tokens == 0
+    # PR #7716's table: the default path
     assert configured_row("llamacpp_pr_cuda.csv", "LPCU-0006").engine.name == \
-        "llama.cpp+cublas-fp16+mmq-4-token-tiles+ub64"  # PR #7716's table: the default path
+        "llama.cpp+cublas-fp16+mmq-4-token-tiles+int8-mxfp4+ub64"
 
 
 def test_a_2023_metal_prompt_of_four_tokens_is_one_prompt_on_the_m2():

@@ -40,7 +40,10 @@ GEMM whose kernel computes whole tiles of tokens (llama.cpp's routed-expert MMQ 
 priced at the FLOPs of the tiles, empty columns included; a GEMM the engine runs as
 matrix-vector products that stream the weights more than once (llama.cpp's Metal kernels
 for a few tokens; its CUDA MMQ's 4-token tiles before mid-2024, ``weight_passes``) reads its
-weight bytes that many times.
+weight bytes that many times; a quantized GEMM of MXFP4-block weights the engine multiplies
+on the device's block-scaled FP4 matrix units instead of its int8 ones (llama.cpp's CUDA MMQ
+on CC 12.x Blackwell since December 2025, ``mxfp4_fp4_mma``) runs at the device's fp4 over
+int8 tensor rate times the rate a quantized GEMM otherwise gets.
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
 per call; routed tokens per expert for MoE) against the ridge point the device reaches (its
@@ -151,11 +154,20 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
     intensity = flops / weight_bytes if weight_bytes else 1e30
     peak_factor = traits.gemm_peak_factor if (
         kind in (KIND_GEMM, KIND_ATTENTION) and math_format == "fp16") else 1.0
+    if fp4_block_gemm(op, traits):  # the same quantized GEMM, on FP4 instead of int8 MMA
+        peak_factor *= hardware.peak_flops("fp4") / hardware.peak_flops("int8")
     return OpFeatures(kind, flops, memory_bytes, op.calls, kernels, intensity,
                       1.0 if dequantized and not buffered else 0.0,
                       1.0 if is_matvec(op, traits) else 0.0, 1.0 if unfused else 0.0,
                       serial_bytes, peak_factor, op.network, hops, peak,
                       hardware.vector_flops, ridge, bandwidth, link_bw, link_latency)
+
+
+def fp4_block_gemm(op: Op, traits: Traits) -> bool:
+    """A GEMM of MXFP4-block weights the engine multiplies on the device's block-scaled
+    FP4 matrix units (``Traits.mxfp4_fp4_mma``): not one it runs as matrix-vector kernels."""
+    return (traits.mxfp4_fp4_mma and op.kind == "gemm" and op.block_format == "MXFP4"
+            and not is_matvec(op, traits))
 
 
 def is_matvec(op: Op, traits: Traits) -> bool:

@@ -33,7 +33,8 @@ VARIANT_SEPARATOR = "+"
 ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
                  "attention_score_bytes", "allreduce_rounds", "moe_tile_tokens",
                  "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens",
-                 "matvec_tokens_per_pass", "moe_matvec_below_tokens", "matvec_max_tokens")
+                 "matvec_tokens_per_pass", "moe_matvec_below_tokens", "matvec_max_tokens",
+                 "mxfp4_fp4_mma")
 BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
 _META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
          "before_build")
@@ -82,6 +83,10 @@ class Traits:
     forward pass of at most this many tokens, or fewer than ``moe_matvec_below_tokens``)
     run matrix-vector kernels on the device's vector ALUs, not its matrix units: they
     dequantize and multiply-add each weight for each token (0: every GEMM runs as a GEMM).
+    ``mxfp4_fp4_mma``: GEMMs of MXFP4-block weights (``Op.block_format``) that run as GEMMs
+    multiply them on the device's block-scaled FP4 matrix units instead of its int8 ones:
+    the quantized GEMM at the device's fp4 / int8 tensor rate times its usual rate (the
+    engine has the kernel and the device the instructions: devices.toml [fp4_block_mma]).
     """
 
     prefill_ubatch_tokens: int = 0
@@ -96,6 +101,7 @@ class Traits:
     matvec_tokens_per_pass: tuple[int, ...] = ()
     moe_matvec_below_tokens: int = 0
     matvec_max_tokens: int = 0
+    mxfp4_fp4_mma: bool = False
 
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -305,6 +311,12 @@ def fp16_accumulate_speedup(hardware: HardwareSpec) -> float:
     return 1.0
 
 
+def has_fp4_block_mma(hardware: HardwareSpec) -> bool:
+    """Whether the device has block-scaled FP4 matrix instructions an engine's MXFP4
+    kernels use (devices.toml [fp4_block_mma])."""
+    return hardware.name in _device_facts().get("fp4_block_mma", {}).get("devices", ())
+
+
 @lru_cache(maxsize=256)
 def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
     """The engine's documented behaviour on ``hardware``'s backend."""
@@ -322,4 +334,5 @@ def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
         gemm_tile_above_tokens=int(values.get("gemm_tile_above_tokens", 0)),
         matvec_tokens_per_pass=tuple(int(t) for t in values.get("matvec_tokens_per_pass", ())),
         moe_matvec_below_tokens=int(values.get("moe_matvec_below_tokens", 0)),
-        matvec_max_tokens=int(values.get("matvec_max_tokens", 0)))
+        matvec_max_tokens=int(values.get("matvec_max_tokens", 0)),
+        mxfp4_fp4_mma=bool(values.get("mxfp4_fp4_mma")) and has_fp4_block_mma(hardware))

@@ -46,6 +46,7 @@ class _Shard:
     expert_width: float
     wb: float
     expert_wb: float  # routed-expert weights (a file type may store them apart: MXFP4_MOE)
+    expert_format: str  # their block format when stored apart ('MXFP4'), else ''
     ab: float
     kvb: float
     kv_keep: float  # fraction of cached tokens the cache keeps (Precision.kv_keep)
@@ -97,6 +98,7 @@ def _shard(model: ModelSpec, step: Step, precision: Precision, par: Parallelism)
         expert_width=model.moe_intermediate_size / expert_split,
         wb=precision.weight_bytes,
         expert_wb=precision.expert_weight_bytes,
+        expert_format=precision.expert_block_format,
         ab=precision.activation_bytes,
         kvb=precision.kv_bytes,
         kv_keep=precision.kv_keep,
@@ -271,7 +273,8 @@ def _moe(model: ModelSpec, shard: _Shard, par: Parallelism, layers: str, calls: 
                   weights=distinct * expert_params * shard.expert_wb * calls,
                   activations=2 * routed_pairs * h * shard.ab * calls,
                   m=routed_pairs / max(distinct, 1e-9), n=mats * shard.expert_width, k=h,
-                  tokens=shard.moe_tokens, expert_load=shard.moe_tokens * k / e))
+                  tokens=shard.moe_tokens, expert_load=shard.moe_tokens * k / e,
+                  block_format=shard.expert_format))
     if par.ep > par.tp:
         dispatched = shard.tokens * k * h * shard.ab * (par.ep - 1) / par.ep
         ops.append(Op("ep.alltoall", "communication", layers, calls, 0.0,

@@ -23,6 +23,9 @@ class Op:
     (every sequence's cached tokens, or its window, and new tokens): a kernel that scores
     every new token against every cell and masks the rest (unfused attention) does
     ``m · keys`` scores per head.
+    A GEMM whose weights a file type stores in a block format of their own (MXFP4_MOE's
+    routed experts) names it in ``block_format``: an engine with native kernels for it
+    multiplies it as stored.
     """
 
     name: str
@@ -42,6 +45,7 @@ class Op:
     tokens: float = 0.0
     expert_load: float = 0.0
     keys: float = 0.0
+    block_format: str = ""
 
     @property
     def memory_bytes(self) -> float:

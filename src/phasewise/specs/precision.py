@@ -20,8 +20,10 @@ class NumberFormat:
     math_format: str | None  # None: weight-only storage, computed in the activation format
     source: str
     # A file type that stores a MoE's routed experts in another format than the rest
-    # (llama.cpp's MXFP4_MOE): their bits per weight (None: as every other weight).
+    # (llama.cpp's MXFP4_MOE): their bits per weight (None: as every other weight) and
+    # their block format (kernels with native support multiply it as it is stored).
     expert_bits_per_element: float | None = None
+    expert_block_format: str = ""
 
     @property
     def bytes_per_element(self) -> float:
@@ -92,7 +94,7 @@ FORMATS: dict[str, NumberFormat] = {
                      "(llama-quant.cpp: 'MoE tensors -> MXFP4, other tensors -> Q8_0', the "
                      "output too): Q8_0 34 B / 32 for every weight but the routed experts, "
                      "MXFP4 17 B / 32 for those (one e8m0 scale byte and 32 e2m1 values)",
-                     expert_bits_per_element=4.25),
+                     expert_bits_per_element=4.25, expert_block_format="MXFP4"),
         # The i-quants and ternary types: bits per weight as llama.cpp's quantize lists them.
         *(NumberFormat(name, bpw, None, _QUANTIZE_BPW.format(bpw=bpw)) for name, bpw in (
             ("IQ1_S", 1.56), ("IQ1_M", 1.75), ("IQ2_XXS", 2.06), ("IQ2_XS", 2.31),
@@ -163,6 +165,12 @@ class Precision:
         """Bytes per routed-expert weight: the weights' own, unless their format is a file
         type that stores the experts apart (MXFP4_MOE)."""
         return number_format(self.weights).expert_bytes_per_element
+
+    @property
+    def expert_block_format(self) -> str:
+        """The block format of routed experts a file type stores apart ('MXFP4' for
+        MXFP4_MOE), '' otherwise."""
+        return number_format(self.weights).expert_block_format
 
     @property
     def activation_bytes(self) -> float:
