@@ -14,6 +14,9 @@ from typing import Any
 from phasewise.errors import InputError
 from phasewise.files import write_atomic
 
+# Endings a --plot stem may carry by habit; the PNG and the HTML page are both written.
+FIGURE_SUFFIXES = (".png", ".html", ".htm", ".svg")
+
 
 def pyplot() -> Any:
     """matplotlib.pyplot on the non-interactive Agg backend, or a clear error."""
@@ -30,15 +33,19 @@ def pyplot() -> Any:
 def save_figure(fig: Any, stem: str | Path, *, title: str = "",
                 table: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
     """Write ``stem``.png and ``stem``.html (the figure as inline SVG, then the data as a
-    table, so the page is readable offline and the numbers can be copied)."""
+    table, so the page is readable offline and the numbers can be copied). A stem that
+    already ends in .png or .html loses that ending; any other dot stays part of the name
+    (``llama-3.1-8b`` writes ``llama-3.1-8b.png``)."""
     stem = Path(stem)
+    if stem.suffix.lower() in FIGURE_SUFFIXES:
+        stem = stem.with_suffix("")
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=120, bbox_inches="tight")
     svg = io.StringIO()
     fig.savefig(svg, format="svg", bbox_inches="tight")
-    png_path = write_atomic(stem.with_suffix(".png"), png.getvalue())
+    png_path = write_atomic(stem.with_name(stem.name + ".png"), png.getvalue())
     page = _page(title or stem.name, svg.getvalue(), table or [])
-    html_path = write_atomic(stem.with_suffix(".html"), page)
+    html_path = write_atomic(stem.with_name(stem.name + ".html"), page)
     pyplot().close(fig)
     return png_path, html_path
 
