@@ -132,12 +132,15 @@ def measure_step(model: Any, tokens: Any, start: int, *, device: str, warmup: in
         return time_call(lambda: prefill(model, tokens, start), device=device, warmup=warmup,
                          repeats=repeats), False
     run = lambda: decode_one_token(model, tokens, start)  # noqa: E731
-    replay = _capture_graph(run) if cuda_graph and device.startswith("cuda") else None
+    replay = capture_graph(run) if cuda_graph and device.startswith("cuda") else None
     sample = time_call(replay or run, device=device, warmup=warmup, repeats=repeats)
     return sample, replay is not None
 
 
-def _capture_graph(run: Any) -> Any:
+def capture_graph(run: Any) -> Any:
+    """``run`` captured as a CUDA graph: a callable that replays it and returns the output
+    tensor the capture allocated (overwritten by each replay), or None when the capture
+    fails (a host sync inside ``run``, for one)."""
     import torch
 
     try:
@@ -149,11 +152,16 @@ def _capture_graph(run: Any) -> Any:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            run()
-        return graph.replay
+            output = run()
     except RuntimeError:
         torch.cuda.synchronize()
         return None
+
+    def replay() -> Any:
+        graph.replay()
+        return output
+
+    return replay
 
 
 def make_point(phase: str, step: Step, sample: Sample, spec: ModelSpec, precision: Precision,
