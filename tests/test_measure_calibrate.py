@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from phasewise.catalog.hardware import hardware_from_sheet, load_hardware  # noqa: E402
 from phasewise.cost.calibration import load_profile  # noqa: E402
+from phasewise.errors import InputError  # noqa: E402
 from phasewise.ledger import Step, build_ledger  # noqa: E402
 from phasewise.measure import ProfilePlan, measure_ceilings, prepare_model, profile_points  # noqa: E402
 from phasewise.measure.calibrate import (calibrated_model, fit_calibration,  # noqa: E402
@@ -176,3 +177,29 @@ def test_hardware_local_before_calibrating_says_to_calibrate(tmp_path, monkeypat
         main(["estimate", "--hardware", "local"])
     assert exit_info.value.code == 2
     assert "phasewise calibrate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("free_gb, chosen", [
+    # bf16, prompts up to 4096 tokens, decode batches up to 8: the KV cache holds 8 × 4096
+    # tokens. Llama-3.1-8B: 16.1 GB of weights + 32 layers × 8 KV heads × 128 × 2 × 2 B ×
+    # 32,768 tokens = 4.3 GB; Llama-3.2-3B: 6.4 + 28 × 8 × 128 × 4 B × 32,768 = 3.8 GB;
+    # Llama-3.2-1B: 2.5 + 16 × 8 × 64 × 4 B × 32,768 = 1.1 GB (activations on top of each).
+    (80, "llama-3.1-8b"), (16, "llama-3.2-3b"), (8, "llama-3.2-1b")])
+def test_calibrate_on_a_gpu_profiles_the_largest_default_model_that_fits(monkeypatch, free_gb,
+                                                                          chosen):
+    from phasewise.commands.calibrate import CUDA_DEFAULTS, CUDA_MODELS, _plan, largest_that_fits
+
+    monkeypatch.setattr("phasewise.measure.profile.available_memory_bytes",
+                        lambda device: free_gb * 1e9)
+    plan = _plan(CUDA_DEFAULTS["prompt_lengths"], CUDA_DEFAULTS["batch_size"], "128,1024", 3)
+    assert (plan.cache_batch, plan.cache_tokens) == (8, 4096)
+    assert largest_that_fits(CUDA_MODELS, plan, "bf16", "cuda:0") == chosen
+
+
+def test_calibrate_on_a_gpu_too_small_for_every_default_says_to_name_a_model(monkeypatch):
+    from phasewise.commands.calibrate import CUDA_DEFAULTS, CUDA_MODELS, _plan, largest_that_fits
+
+    monkeypatch.setattr("phasewise.measure.profile.available_memory_bytes", lambda device: 2e9)
+    plan = _plan(CUDA_DEFAULTS["prompt_lengths"], CUDA_DEFAULTS["batch_size"], "128,1024", 3)
+    with pytest.raises(InputError, match="llama-3.2-1b.*--model"):
+        largest_that_fits(CUDA_MODELS, plan, "bf16", "cuda:0")

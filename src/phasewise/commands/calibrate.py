@@ -12,7 +12,17 @@ import typer
 from phasewise.commands._app import app, console, echo, ints, split_list
 from phasewise.errors import InputError
 
-DEFAULT_MODELS = "smollm2-135m"
+# What `calibrate` profiles when not told, per kind of device. On a CPU a small model's
+# steps are bound by its GEMMs and memory. On a GPU a small model's eager prefill is bound by
+# the host dispatching its kernels (on an H200, Llama-3.2-1B's 128- to 2048-token prompts all
+# take 7-12 ms, and vary by a third from run to run), which the calibrated model does not
+# describe; prompts of 2048+ tokens of a model of billions of parameters, and decode
+# replayed as a CUDA graph, are bound by the GPU (benchmarks/README.md, "Profile on CUDA").
+CPU_DEFAULTS = {"models": "smollm2-135m", "prompt_lengths": "128,256,512,1024",
+                "batch_size": "1"}
+CUDA_DEFAULTS = {"prompt_lengths": "2048,4096", "batch_size": "1,8"}
+# On a GPU: the largest of these that fits in its free memory.
+CUDA_MODELS = ("llama-3.1-8b", "llama-3.2-3b", "llama-3.2-1b")
 
 
 @app.command()
@@ -20,18 +30,22 @@ def calibrate(
     profiles: Optional[str] = typer.Option(None, "--from", help="Profile documents to fit (JSON "
                                            "from `phasewise profile --out`), comma list. Without "
                                            "it, the models of --model are profiled now."),
-    model: str = typer.Option(DEFAULT_MODELS, "--model", "-m", help="Models to profile when "
-                              "--from is not given (comma list)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Models to profile when "
+                                        "--from is not given (comma list; default "
+                                        "smollm2-135m on a CPU, on a GPU the largest of "
+                                        "llama-3.1-8b, -3.2-3b, -3.2-1b that fits)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default fp32 "
                                         "on CPU, bf16 on CUDA)."),
-    prompt_lengths: str = typer.Option("128,256,512,1024", "--prompt-lengths", "--isl",
-                                       help="Prefill points to profile (comma list)."),
-    batch_size: str = typer.Option("1", "--batch-size", "-b",
-                                   help="Decode batch sizes to profile (comma list). One by "
-                                        "default: on CPUs, BLAS GEMMs of 2-16 rows run slower "
-                                        "than the smooth curve of the calibrated model, and "
-                                        "fitting them distorts prefill and batch-1 decode."),
+    prompt_lengths: Optional[str] = typer.Option(
+        None, "--prompt-lengths", "--isl", help="Prefill points to profile (comma list; "
+        "default 128,256,512,1024 on a CPU, 2048,4096 on a GPU, where shorter prompts are "
+        "bound by the host launching eager kernels)."),
+    batch_size: Optional[str] = typer.Option(
+        None, "--batch-size", "-b", help="Decode batch sizes to profile (comma list; default "
+        "1 on a CPU, where BLAS GEMMs of 2-16 rows run slower than the smooth curve of the "
+        "calibrated model and fitting them distorts prefill and batch-1 decode; 1,8 on a "
+        "GPU)."),
     context: str = typer.Option("128,1024", "--context", help="Decode contexts to profile."),
     repeats: int = typer.Option(3, "--repeats", help="Timed repeats per point."),
     out_dir: Optional[str] = typer.Option(None, "--out-dir", help="Where to write "
@@ -50,8 +64,17 @@ def calibrate(
     if profiles:
         documents = [_read_profile(path) for path in split_list(profiles, "--from", str)]
     else:
-        documents = _profile_now(split_list(model, "--model", str), device, dtype,
-                                 _plan(prompt_lengths, batch_size, context, repeats))
+        from phasewise.measure.micro import resolve_device
+
+        where = resolve_device(device)
+        dtype = dtype or ("bf16" if where.startswith("cuda") else "fp32")
+        defaults = CUDA_DEFAULTS if where.startswith("cuda") else CPU_DEFAULTS
+        plan = _plan(prompt_lengths or defaults["prompt_lengths"],
+                     batch_size or defaults["batch_size"], context, repeats)
+        models = (split_list(model, "--model", str) if model else
+                  [CPU_DEFAULTS["models"]] if not where.startswith("cuda") else
+                  [largest_that_fits(CUDA_MODELS, plan, dtype, where)])
+        documents = _profile_now(models, where, dtype, plan)
     result, hardware = fit_calibration(documents)
     folder = Path(out_dir).expanduser() if out_dir else local_dir()
     calibration_path = write_atomic(folder / "calibration.toml", calibration_toml(result, hardware))
@@ -76,6 +99,21 @@ def _plan(prompt_lengths: str, batch_size: str, context: str, repeats: int) -> A
                        repeats=repeats)
 
 
+def largest_that_fits(models: tuple[str, ...], plan: Any, dtype: str, where: str) -> str:
+    """The first of ``models`` (largest first) whose profile fits in ``where``'s free
+    memory; the smallest one's refusal when none does."""
+    from phasewise.catalog import load_model
+    from phasewise.measure.profile import check_fits
+
+    for name in models:
+        try:
+            check_fits(load_model(name), plan, dtype, where)
+            return name
+        except InputError as refusal:
+            last = refusal
+    raise InputError(f"{last} Or name a smaller model with --model.")
+
+
 def _read_profile(path: str) -> Any:
     import json
 
@@ -91,7 +129,7 @@ def _read_profile(path: str) -> Any:
         raise InputError(f"--from {path}: not a `phasewise profile --out` document.") from None
 
 
-def _profile_now(models: list[str], device: str, dtype: str | None, plan: Any) -> list[Any]:
+def _profile_now(models: list[str], where: str, dtype: str, plan: Any) -> list[Any]:
     """Measure the ceilings once, then every model's points, with a progress bar."""
     from rich.console import Console
     from rich.progress import Progress
@@ -99,12 +137,10 @@ def _profile_now(models: list[str], device: str, dtype: str | None, plan: Any) -
     from phasewise.version import __version__
     from phasewise.catalog import load_model
     from phasewise.measure.calibrate import spec_to_document
-    from phasewise.measure.micro import measure_ceilings, resolve_device
+    from phasewise.measure.micro import measure_ceilings
     from phasewise.measure.profile import check_fits, prepare_model, profile_points
     from phasewise.measure.types import Profile
 
-    where = resolve_device(device)
-    dtype = dtype or ("bf16" if where.startswith("cuda") else "fp32")
     specs = [load_model(m) for m in models]
     for spec in specs:
         check_fits(spec, plan, dtype, where)
