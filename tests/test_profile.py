@@ -195,3 +195,13 @@ def test_gpus_are_classed_by_their_names():
     assert gpu_class("NVIDIA GeForce RTX 4090") == "consumer_gpu"
     assert gpu_class("NVIDIA RTX A6000") == "workstation_gpu"
     assert gpu_class("NVIDIA H100 80GB HBM3") == "datacenter_gpu"
+
+
+def test_a_gpu_is_named_without_the_host_threads_a_cpu_with_them():
+    from phasewise.measure.micro import measured_name
+
+    gpu = CEILINGS.model_copy(update={"device": "cuda:0", "device_name": "NVIDIA H200",
+                                      "device_class": "datacenter_gpu", "threads": 16})
+    assert measured_name(gpu) == "NVIDIA H200 (measured)"
+    assert measured_name(CEILINGS) == "test CPU (1 thread, measured)"
+    assert hardware_from_ceilings(gpu).display_name == "NVIDIA H200 (measured)"

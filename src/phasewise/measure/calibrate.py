@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from phasewise.errors import InputError
 from phasewise.local import LOCAL_DEVICE_NAME
 from phasewise.ledger import Step, build_ledger
-from phasewise.measure.micro import hardware_from_ceilings
+from phasewise.measure.micro import hardware_from_ceilings, measured_name
 from phasewise.measure.profile import precision_for
 from phasewise.measure.types import Ceilings, Profile
 from phasewise.specs import HardwareSpec, ModelSpec
@@ -111,8 +111,7 @@ def hardware_sheet_toml(ceilings: Ceilings, *, name: str = LOCAL_DEVICE_NAME) ->
     compute = "\n".join(f"{fmt}_tflops = {value / 1e12:.6g}"
                         for fmt, value in ceilings.gemm_flops_per_s.items())
     return (f'name = "{name}"\n'
-            f'display_name = "{_escape(ceilings.device_name)} ({ceilings.threads} threads, '
-            'measured)"\n'
+            f'display_name = "{_escape(measured_name(ceilings))}"\n'
             f'device_class = "{ceilings.device_class}"\n'
             'notes = "Measured by phasewise profile --micro: torch '
             f'{ceilings.versions.get("torch", "")}, {ceilings.threads} threads, clock '

@@ -193,11 +193,20 @@ def library_versions(device: str) -> dict[str, str]:
     return versions
 
 
+def measured_name(ceilings: Ceilings) -> str:
+    """The device as measured: a CPU's name with the threads that ran, a GPU's alone (the
+    host threads torch keeps do not run its kernels)."""
+    if ceilings.device.startswith("cuda"):
+        return f"{ceilings.device_name} (measured)"
+    threads = f"{ceilings.threads} thread{'' if ceilings.threads == 1 else 's'}"
+    return f"{ceilings.device_name} ({threads}, measured)"
+
+
 def hardware_from_ceilings(ceilings: Ceilings, *, name: str = "local") -> HardwareSpec:
     """The local device as the cost model sees it: measured GEMM ceilings as peaks, measured
     copy bandwidth as the memory bandwidth."""
     return HardwareSpec(
-        name=name, display_name=f"{ceilings.device_name} ({ceilings.threads} threads, measured)",
+        name=name, display_name=measured_name(ceilings),
         device_class=ceilings.device_class, peak_flops_per_s=dict(ceilings.gemm_flops_per_s),
         memory_bytes=ceilings.memory_bytes,
         memory_bandwidth_bytes_per_s=ceilings.copy_bytes_per_s,

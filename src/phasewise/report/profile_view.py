@@ -120,8 +120,8 @@ def roofline_figure(profile: Profile, stem: str | Path) -> tuple[Path, Path]:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic, from the ledger)")
     ax.set_ylabel("achieved FLOP/s")
-    title = (f"{profile.model} on {ceilings.device_name} ({ceilings.threads} threads, "
-             f"{profile.dtype})")
+    where = ("" if ceilings.device.startswith("cuda") else f"{ceilings.threads} threads, ")
+    title = f"{profile.model} on {ceilings.device_name} ({where}{profile.dtype})"
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
