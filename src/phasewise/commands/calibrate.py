@@ -15,10 +15,10 @@ from phasewise.errors import InputError
 # What `calibrate` profiles when not told, per kind of device. On a CPU a small model's
 # steps are bound by its GEMMs and memory. On a GPU a small model's eager prefill is bound by
 # the host dispatching its kernels (on an H200, Llama-3.2-1B's 128- to 2048-token prompts all
-# take 7-12 ms, and vary by a third from run to run), which the calibrated model does not
+# take 6.6-12 ms, and vary by up to 70% from run to run), which the calibrated model does not
 # describe; prompts of 2048+ tokens of a model of billions of parameters, and decode
 # replayed as a CUDA graph, are bound by the GPU (benchmarks/README.md, "Profile on CUDA").
-CPU_DEFAULTS = {"models": "smollm2-135m", "prompt_lengths": "128,256,512,1024",
+CPU_DEFAULTS = {"model": "smollm2-135m", "prompt_lengths": "128,256,512,1024",
                 "batch_size": "1"}
 CUDA_DEFAULTS = {"prompt_lengths": "2048,4096", "batch_size": "1,8"}
 # On a GPU: the largest of these that fits in its free memory.
@@ -67,13 +67,17 @@ def calibrate(
         from phasewise.measure.micro import resolve_device
 
         where = resolve_device(device)
-        dtype = dtype or ("bf16" if where.startswith("cuda") else "fp32")
-        defaults = CUDA_DEFAULTS if where.startswith("cuda") else CPU_DEFAULTS
+        cuda = where.startswith("cuda")
+        dtype = dtype or ("bf16" if cuda else "fp32")
+        defaults = CUDA_DEFAULTS if cuda else CPU_DEFAULTS
         plan = _plan(prompt_lengths or defaults["prompt_lengths"],
                      batch_size or defaults["batch_size"], context, repeats)
-        models = (split_list(model, "--model", str) if model else
-                  [CPU_DEFAULTS["models"]] if not where.startswith("cuda") else
-                  [largest_that_fits(CUDA_MODELS, plan, dtype, where)])
+        if model:
+            models = split_list(model, "--model", str)
+        elif cuda:
+            models = [largest_that_fits(CUDA_MODELS, plan, dtype, where)]
+        else:
+            models = [CPU_DEFAULTS["model"]]
         documents = _profile_now(models, where, dtype, plan)
     result, hardware = fit_calibration(documents)
     folder = Path(out_dir).expanduser() if out_dir else local_dir()

@@ -193,13 +193,17 @@ def library_versions(device: str) -> dict[str, str]:
     return versions
 
 
-def measured_name(ceilings: Ceilings) -> str:
-    """The device as measured: a CPU's name with the threads that ran, a GPU's alone (the
-    host threads torch keeps do not run its kernels)."""
+def threads_label(ceilings: Ceilings) -> str:
+    """"N threads, " for a CPU run; nothing for a GPU's (the host threads torch keeps do not
+    run its kernels)."""
     if ceilings.device.startswith("cuda"):
-        return f"{ceilings.device_name} (measured)"
-    threads = f"{ceilings.threads} thread{'' if ceilings.threads == 1 else 's'}"
-    return f"{ceilings.device_name} ({threads}, measured)"
+        return ""
+    return f"{ceilings.threads} thread{'' if ceilings.threads == 1 else 's'}, "
+
+
+def measured_name(ceilings: Ceilings) -> str:
+    """The device as measured: a CPU's name with the threads that ran, a GPU's alone."""
+    return f"{ceilings.device_name} ({threads_label(ceilings)}measured)"
 
 
 def hardware_from_ceilings(ceilings: Ceilings, *, name: str = "local") -> HardwareSpec:

@@ -34,8 +34,8 @@ def save_figure(fig: Any, stem: str | Path, *, title: str = "",
                 table: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
     """Write ``stem``.png and ``stem``.html (the figure as inline SVG, then the data as a
     table, so the page is readable offline and the numbers can be copied). A stem that
-    already ends in .png or .html loses that ending; any other dot stays part of the name
-    (``llama-3.1-8b`` writes ``llama-3.1-8b.png``)."""
+    already ends in a figure's ending (``FIGURE_SUFFIXES``) loses it; any other dot stays
+    part of the name (``llama-3.1-8b`` writes ``llama-3.1-8b.png``)."""
     stem = Path(stem)
     if stem.suffix.lower() in FIGURE_SUFFIXES:
         stem = stem.with_suffix("")

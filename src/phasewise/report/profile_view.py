@@ -93,6 +93,7 @@ def roofline_figure(profile: Profile, stem: str | Path) -> tuple[Path, Path]:
     """Measured points on the measured roofs, log-log: attainable FLOP/s =
     min(GEMM ceiling, FLOP/byte × copy bandwidth). Decode points are labelled by batch, so
     the climb from the memory roof towards the compute roof reads left to right."""
+    from phasewise.measure.micro import threads_label
     from phasewise.report.plots import pyplot, save_figure
 
     plt = pyplot()
@@ -120,8 +121,7 @@ def roofline_figure(profile: Profile, stem: str | Path) -> tuple[Path, Path]:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic, from the ledger)")
     ax.set_ylabel("achieved FLOP/s")
-    where = ("" if ceilings.device.startswith("cuda") else f"{ceilings.threads} threads, ")
-    title = f"{profile.model} on {ceilings.device_name} ({where}{profile.dtype})"
+    title = f"{profile.model} on {ceilings.device_name} ({threads_label(ceilings)}{profile.dtype})"
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
