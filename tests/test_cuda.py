@@ -1,7 +1,7 @@
 """The CUDA paths of `phasewise profile`: event timing, the bf16 and fp8 ceilings, decode
-captured as a CUDA graph. CI has no GPU, so these are skipped there; they run wherever torch
-sees a CUDA device (`python -m pytest tests/test_cuda.py`, as benchmarks/bench_cuda.sh's
-machine does)."""
+captured as a CUDA graph, MoE experts as grouped GEMMs. CI has no GPU, so these are skipped
+there; they run wherever torch sees a CUDA device (`python -m pytest tests/test_cuda.py`, as
+benchmarks/bench_cuda.sh's machine does)."""
 
 import json
 
@@ -13,7 +13,8 @@ from phasewise.catalog.hf_config import model_from_config  # noqa: E402
 from phasewise.measure import ProfilePlan, measure_ceilings, prepare_model  # noqa: E402
 from phasewise.measure.micro import gpu_class  # noqa: E402
 from phasewise.measure.profile import capture_graph  # noqa: E402
-from phasewise.measure.reference import decode_one_token, prefill  # noqa: E402
+from phasewise.measure.reference import (build_model, decode_one_token, grouped_gemm_runs,  # noqa: E402
+                                         prefill, use_grouped_gemm)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -69,7 +70,21 @@ def test_decode_replayed_as_a_cuda_graph_computes_what_eager_decode_does():
     assert written.abs().sum() > 0
 
 
-def test_profile_on_cuda_graphs_dense_decode_and_leaves_moe_decode_eager(tmp_path, capsys):
+def test_moe_experts_as_grouped_gemms_on_cuda_compute_what_running_them_one_by_one_does():
+    spec = model_from_config(TINY_MOE, "tiny-moe")
+    model = build_model(spec, dtype=torch.bfloat16, device="cuda:0")
+    if not use_grouped_gemm(model):
+        pytest.skip("torch._grouped_mm does not run bf16 on this GPU")
+    layer = model.layers[0].mlp
+    x = torch.randn(3, 5, spec.hidden_size, device="cuda:0", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        grouped = layer(x).float()
+        layer.grouped = False
+        one_by_one = layer(x).float()
+    torch.testing.assert_close(grouped, one_by_one, rtol=2e-2, atol=2e-2)
+
+
+def test_profile_on_cuda_graphs_decode_unless_moe_experts_sync_with_the_host(tmp_path, capsys):
     for name, config in (("dense", TINY), ("moe", TINY_MOE)):
         path = tmp_path / name / "config.json"
         path.parent.mkdir()
@@ -82,7 +97,8 @@ def test_profile_on_cuda_graphs_dense_decode_and_leaves_moe_decode_eager(tmp_pat
         document = json.loads(out.read_text())
         assert document["dtype"] == "bf16" and document["ceilings"]["clock"] == "cuda-events"
         graphed = {p["label"]: p["cuda_graph"] for p in document["points"]}
-        decode_graphed = name == "dense"  # MoE routing reads expert counts on the host
+        # MoE experts run one by one read their counts back on the host; grouped, they do not
+        decode_graphed = name == "dense" or grouped_gemm_runs("cuda:0", torch.bfloat16)
         assert graphed == {"pp16": False, "tg@32×1": decode_graphed, "tg@32×4": decode_graphed}
         assert all(p["time_s"] > 0 for p in document["points"])
 

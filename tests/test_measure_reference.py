@@ -149,3 +149,33 @@ def test_prefill_matmul_flops_match_the_ledger_row_by_row(spec):
         assert gemm == ledger_gemm
     s = tokens_per_prompt
     assert sdpa * (s + 1) / (2 * s) == pytest.approx(ledger_attention)
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["one-by-one", "grouped-gemm"])
+def test_moe_layer_computes_each_tokens_top_k_experts_weighted_plus_the_shared_one(grouped):
+    """Both ways of running the experts against the obvious loop over tokens: softmax over
+    the router, the top k renormalised, each picked expert's gated MLP weighted. The
+    grouped GEMM runs here on torch's CPU fallback; a GPU runs it in one kernel per
+    projection (tests/test_cuda.py)."""
+    if grouped and not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch has no grouped GEMM")
+    spec = moe()
+    layer = build_model(spec).layers[0].mlp
+    layer.grouped = grouped
+    x = torch.randn(2, 7, spec.hidden_size)
+    with torch.inference_mode():
+        got = layer(x)
+    want = torch.empty_like(x)
+    silu = torch.nn.functional.silu
+    with torch.inference_mode():
+        for b in range(2):
+            for t in range(7):
+                v = x[b, t]
+                probs = (layer.router.weight @ v).softmax(dim=-1)
+                top, experts = probs.topk(spec.experts_per_token)
+                total = layer.shared(v)
+                for p, e in zip(top / top.sum(), experts.tolist()):
+                    gate, up = (layer.w_up[e] @ v).split(spec.moe_intermediate_size)
+                    total = total + p * (layer.w_down[e] @ (silu(gate) * up))
+                want[b, t] = total
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -61,6 +61,25 @@ def test_a_safetensors_folder_fills_the_fused_projections_in_order(tmp_path):
     torch.testing.assert_close(model.lm_head.weight, tensors["lm_head.weight"])
 
 
+def test_routed_experts_fill_their_rows_of_the_stacked_expert_weights():
+    from phasewise.measure.weights import load_into
+
+    spec = ModelSpec(name="tiny-moe", hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                     head_dim=8, intermediate_size=48, vocab_size=64, num_experts=4,
+                     experts_per_token=2, moe_intermediate_size=16, model_type="qwen2_moe")
+    tensors = checkpoint(spec)
+    model = build_model(spec)
+    load_into(model, spec, tensors.__getitem__)
+    mlp, hf = model.layers[1].mlp, "model.layers.1.mlp.experts"
+    assert mlp.w_up.shape == (4, 32, 32) and mlp.w_down.shape == (4, 32, 16)
+    for j in range(4):
+        gate, up = mlp.w_up[j].split((16, 16))
+        torch.testing.assert_close(gate, tensors[f"{hf}.{j}.gate_proj.weight"])
+        torch.testing.assert_close(up, tensors[f"{hf}.{j}.up_proj.weight"])
+        torch.testing.assert_close(mlp.w_down[j], tensors[f"{hf}.{j}.down_proj.weight"])
+    torch.testing.assert_close(mlp.router.weight, tensors["model.layers.1.mlp.gate.weight"])
+
+
 def test_a_weights_folder_that_disagrees_with_its_config_names_the_first_bad_tensor(tmp_path):
     tensors = checkpoint()
     tensors["model.layers.0.mlp.down_proj.weight"] = torch.zeros(32, 40)  # should be 32 × 48

@@ -106,6 +106,8 @@ def profile_points(model: Any, spec: ModelSpec, ceilings: Ceilings, plan: Profil
     hold ``plan.cache_batch`` × ``plan.cache_tokens``) and yield one point per step."""
     import torch
 
+    from phasewise.measure.reference import syncs_with_host
+
     hardware = hardware_from_ceilings(ceilings)
     precision = precision_for(dtype)
     generator = torch.Generator().manual_seed(seed)
@@ -113,8 +115,9 @@ def profile_points(model: Any, spec: ModelSpec, ceilings: Ceilings, plan: Profil
         group = step.groups[0]
         tokens = torch.randint(0, spec.vocab_size, (group.count, group.new_tokens),
                                generator=generator).to(device)
-        # MoE routing reads expert counts back to the host, which a CUDA graph cannot hold.
-        graph = cuda_graphs and phase == "decode" and not spec.is_moe
+        # MoE layers that run their experts one by one read the counts back to the host,
+        # which a CUDA graph cannot hold; grouped GEMMs do not.
+        graph = cuda_graphs and phase == "decode" and not syncs_with_host(model)
         sample, graphed = measure_step(model, tokens, group.cached_tokens, device=device,
                                        warmup=plan.warmup, repeats=plan.repeats, cuda_graph=graph)
         yield make_point(phase, step, sample, spec, precision, hardware, ceilings, cost, graphed)
@@ -193,12 +196,13 @@ def prepare_model(spec: ModelSpec, plan: ProfilePlan, *, dtype: str, device: str
     """The reference transformer for ``spec`` with random (or ``weights``) weights and its
     caches allocated for the plan; call ``check_fits`` first."""
     from phasewise.measure.loading import load_weights
-    from phasewise.measure.reference import build_model, prefer_vector_layouts
+    from phasewise.measure.reference import build_model, prefer_vector_layouts, use_grouped_gemm
 
     model = build_model(spec, dtype=torch_dtype(dtype), device=device, seed=seed)
     if weights:
         load_weights(model, spec, weights)
     if device == "cpu":
         prefer_vector_layouts(model)
+    use_grouped_gemm(model)
     model.setup_caches(plan.cache_batch, plan.cache_tokens)
     return model

@@ -15,6 +15,7 @@ fuses the checkpoint's separate projections into the fused ones here.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -229,48 +230,110 @@ class MLP(nn.Module):
         self.w_down = nn.Linear(width, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        up = self.w_up(x)
-        if self.gated:
-            gate, up = up.split((self.width, self.width), dim=-1)
-            return self.w_down(self.act(gate) * up)
-        return self.w_down(self.act(up))
+        return self.w_down(gated_activation(self.w_up(x), self.width, self.gated, self.act))
+
+
+def gated_activation(up: torch.Tensor, width: int, gated: bool, act: Any) -> torch.Tensor:
+    """act(gate) · up for a fused gate/up output, act(up) for an ungated one."""
+    if gated:
+        gate, up = up.split((width, width), dim=-1)
+        return act(gate) * up
+    return act(up)
 
 
 class MoE(nn.Module):
     """Top-k routed experts (softmax over the router, the k kept renormalised, as Mixtral
     and Qwen3-MoE do) plus optional shared experts. Only the experts some token picked
-    run, so weight reads follow the distinct experts, as in the ledger."""
+    run, so weight reads follow the distinct experts, as in the ledger.
+
+    The experts' weights are stacked, (experts, out, in), so that on a GPU one grouped GEMM
+    per projection runs every expert's tokens without the host learning how many each got
+    (``torch._grouped_mm``; its empty groups read no weights), and the step can be replayed
+    as a CUDA graph. Elsewhere, or where that kernel does not run, the experts run one by
+    one after the host reads the counts back."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        self.top_k = spec.experts_per_token
-        self.router = nn.Linear(spec.hidden_size, spec.num_experts, bias=False)
-        self.experts = nn.ModuleList(
-            MLP(spec.hidden_size, spec.moe_intermediate_size, gated=spec.gated_mlp,
-                act=spec.hidden_act) for _ in range(spec.num_experts))
+        self.top_k, self.width = spec.experts_per_token, spec.moe_intermediate_size
+        self.gated, self.act = spec.gated_mlp, ACTIVATIONS[spec.hidden_act]
+        experts, hidden = spec.num_experts, spec.hidden_size
+        self.router = nn.Linear(hidden, experts, bias=False)
+        up_rows = 2 * self.width if self.gated else self.width
+        self.w_up = nn.Parameter(torch.empty(experts, up_rows, hidden))
+        self.w_down = nn.Parameter(torch.empty(experts, hidden, self.width))
         shared = spec.shared_expert_intermediate_size
-        self.shared = (MLP(spec.hidden_size, shared, gated=spec.gated_mlp, act=spec.hidden_act)
+        self.shared = (MLP(hidden, shared, gated=spec.gated_mlp, act=spec.hidden_act)
                        if shared else None)
+        self.grouped = False  # set by ``use_grouped_gemm`` where the kernel runs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])  # (tokens, hidden)
         probs = self.router(flat).float().softmax(dim=-1)
         weights, chosen = probs.topk(self.top_k, dim=-1)  # (tokens, k)
         weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
-        order = chosen.flatten().argsort()
-        counts = torch.bincount(chosen.flatten(), minlength=len(self.experts)).tolist()
-        out = torch.zeros_like(flat)
-        first = 0
-        for expert, count in zip(self.experts, counts):
-            if count:
-                picks = order[first:first + count]  # flat (token, slot) indices
-                tokens = picks // self.top_k
-                routed = expert(flat[tokens]) * weights.flatten()[picks, None]
-                out.index_add_(0, tokens, routed)
-                first += count
+        picks = chosen.flatten()
+        order = picks.argsort()  # (token, slot) pairs grouped by expert
+        tokens = order // self.top_k
+        # tokens per expert; bincount would read its input's maximum back to the host
+        counts = picks.new_zeros(self.w_up.shape[0]).scatter_add_(0, picks, torch.ones_like(picks))
+        routed = (self._grouped(flat[tokens], counts) if self.grouped else
+                  self._one_by_one(flat[tokens], counts.tolist()))
+        out = torch.zeros_like(flat).index_add_(0, tokens, routed * weights.flatten()[order, None])
         if self.shared is not None:
             out = out + self.shared(flat)
         return out.view_as(x)
+
+    def _grouped(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        ends = counts.cumsum(0).to(torch.int32)
+        up = torch._grouped_mm(rows, self.w_up.transpose(1, 2), offs=ends)
+        hidden = gated_activation(up, self.width, self.gated, self.act)
+        return torch._grouped_mm(hidden, self.w_down.transpose(1, 2), offs=ends)
+
+    def _one_by_one(self, rows: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        outs, first = [], 0
+        for expert, count in enumerate(counts):
+            if count:
+                part = rows[first:first + count]
+                up = F.linear(part, self.w_up[expert])
+                hidden = gated_activation(up, self.width, self.gated, self.act)
+                outs.append(F.linear(hidden, self.w_down[expert]))
+                first += count
+        return torch.cat(outs) if outs else rows.new_zeros(rows.shape)
+
+
+def grouped_gemm_runs(device: str | torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``torch._grouped_mm`` multiplies ``dtype`` on ``device``, checked against
+    per-group products on a small problem with an empty group. Only on CUDA: on a CPU the
+    experts run one by one, which torch's FLOP counter sees."""
+    if torch.device(device).type != "cuda" or not hasattr(torch, "_grouped_mm"):
+        return False
+    try:
+        rows = torch.randn(24, 64, device=device, dtype=dtype)
+        weights = torch.randn(4, 32, 64, device=device, dtype=dtype)
+        ends = torch.tensor([8, 8, 16, 24], device=device, dtype=torch.int32)
+        got = torch._grouped_mm(rows, weights.transpose(1, 2), offs=ends)
+        want = torch.cat([rows[0:8] @ weights[0].T, rows[8:16] @ weights[2].T,
+                          rows[16:24] @ weights[3].T])
+        return bool(torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-1))
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+
+
+def syncs_with_host(model: nn.Module) -> bool:
+    """Whether a forward pass reads a value back to the host (an MoE layer running its
+    experts one by one), which a CUDA graph cannot hold."""
+    return any(isinstance(m, MoE) and not m.grouped for m in model.modules())
+
+
+def use_grouped_gemm(model: nn.Module, enabled: bool = True) -> bool:
+    """Run every MoE layer's experts as grouped GEMMs (``enabled`` and where the kernel
+    runs for the model's device and dtype); returns whether they do."""
+    param = next(model.parameters())
+    grouped = enabled and grouped_gemm_runs(param.device, param.dtype)
+    for module in model.modules():
+        if isinstance(module, MoE):
+            module.grouped = grouped
+    return grouped
 
 
 class Block(nn.Module):

@@ -97,12 +97,16 @@ def _mla_slots(spec: ModelSpec, hf: str, ours: str) -> list[Slot]:
     ]
 
 
-def _mlp_slots(spec: ModelSpec, hf: str, ours: str, width: int) -> list[Slot]:
-    """gate_proj and up_proj fuse into one GEMM; an ungated MLP has up_proj alone."""
+def _mlp_slots(spec: ModelSpec, hf: str, ours: str, width: int, *,
+               expert: int | None = None) -> list[Slot]:
+    """gate_proj and up_proj fuse into one GEMM; an ungated MLP has up_proj alone. A routed
+    expert's go into row ``expert`` of the MoE layer's stacked w_up and w_down."""
     h = spec.hidden_size
     up = (("gate_proj", "up_proj") if spec.gated_mlp else ("up_proj",))
-    return [Slot(f"{ours}.w_up.weight", tuple(Part(f"{hf}.{p}.weight", (width, h)) for p in up)),
-            _one(f"{ours}.w_down.weight", f"{hf}.down_proj.weight", (h, width))]
+    w_up, w_down = ((f"{ours}.w_up.weight", f"{ours}.w_down.weight") if expert is None else
+                    (f"{ours}.w_up[{expert}]", f"{ours}.w_down[{expert}]"))
+    return [Slot(w_up, tuple(Part(f"{hf}.{p}.weight", (width, h)) for p in up)),
+            _one(w_down, f"{hf}.down_proj.weight", (h, width))]
 
 
 def _moe_slots(spec: ModelSpec, hf: str, ours: str) -> list[Slot]:
@@ -111,8 +115,8 @@ def _moe_slots(spec: ModelSpec, hf: str, ours: str) -> list[Slot]:
     slots = [_one(f"{ours}.mlp.router.weight", f"{hf}.mlp.gate.weight",
                   (spec.num_experts, spec.hidden_size))]
     for j in range(spec.num_experts):
-        slots += _mlp_slots(spec, f"{hf}.mlp.experts.{j}", f"{ours}.mlp.experts.{j}",
-                            spec.moe_intermediate_size)
+        slots += _mlp_slots(spec, f"{hf}.mlp.experts.{j}", f"{ours}.mlp",
+                            spec.moe_intermediate_size, expert=j)
     if spec.shared_expert_intermediate_size:
         slots += _mlp_slots(spec, f"{hf}.mlp.shared_experts", f"{ours}.mlp.shared",
                             spec.shared_expert_intermediate_size)
@@ -151,7 +155,9 @@ def load_into(model: Any, spec: ModelSpec, get: Callable[[str], Any]) -> None:
     with torch.no_grad():
         for slot in checkpoint_layout(spec):
             value = torch.cat([torch.as_tensor(get(p.name)) for p in slot.parts], dim=0)
-            params[slot.target].copy_(value)
+            name, _, row = slot.target.partition("[")  # "w_up[3]": row 3 of a stacked one
+            target = params[name][int(row.rstrip("]"))] if row else params[name]
+            target.copy_(value)
     if spec.tie_word_embeddings:
         model.lm_head.weight = model.embed.weight
 
