@@ -298,7 +298,7 @@ class MoE(nn.Module):
                 hidden = gated_activation(up, self.width, self.gated, self.act)
                 outs.append(F.linear(hidden, self.w_down[expert]))
                 first += count
-        return torch.cat(outs) if outs else rows.new_zeros(rows.shape)
+        return torch.cat(outs)  # every token picked k experts: never empty
 
 
 def grouped_gemm_runs(device: str | torch.device, dtype: torch.dtype) -> bool:
@@ -325,11 +325,11 @@ def syncs_with_host(model: nn.Module) -> bool:
     return any(isinstance(m, MoE) and not m.grouped for m in model.modules())
 
 
-def use_grouped_gemm(model: nn.Module, enabled: bool = True) -> bool:
-    """Run every MoE layer's experts as grouped GEMMs (``enabled`` and where the kernel
-    runs for the model's device and dtype); returns whether they do."""
+def use_grouped_gemm(model: nn.Module) -> bool:
+    """Run every MoE layer's experts as grouped GEMMs where the kernel runs for the model's
+    device and dtype; returns whether they do."""
     param = next(model.parameters())
-    grouped = enabled and grouped_gemm_runs(param.device, param.dtype)
+    grouped = grouped_gemm_runs(param.device, param.dtype)
     for module in model.modules():
         if isinstance(module, MoE):
             module.grouped = grouped
