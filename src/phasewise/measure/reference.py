@@ -200,14 +200,22 @@ class LatentAttention(nn.Module):
     def _absorbed(self, q_nope: torch.Tensor, q_pe: torch.Tensor, latents: torch.Tensor,
                   rope_keys: torch.Tensor, start: int, key_start: int) -> torch.Tensor:
         w_k, w_v = self._kv_b()
+        batch, heads, tokens, _ = q_nope.shape
         q_latent = torch.einsum("bhtn,hnl->bhtl", q_nope, w_k)
-        scores = (q_latent @ latents.transpose(-1, -2) + q_pe @ rope_keys.transpose(-1, -2))
-        scores = scores.float() * self.scale  # (b, h, t, keys)
-        mask = attention_mask(start, q_nope.shape[2], key_start, key_start + latents.shape[2],
+        # Every head reads the same latents: fold heads into the query rows of one batched
+        # matmul per sequence, rather than broadcast the latents over the heads (which
+        # copies them once per head).
+        latents, rope_keys = latents.squeeze(1), rope_keys.squeeze(1)  # (b, keys, ·)
+        rows = (batch, heads * tokens, -1)
+        scores = (q_latent.reshape(rows) @ latents.transpose(1, 2)
+                  + q_pe.reshape(rows) @ rope_keys.transpose(1, 2))
+        scores = scores.view(batch, heads, tokens, -1).float() * self.scale  # (b, h, t, keys)
+        mask = attention_mask(start, tokens, key_start, key_start + latents.shape[1],
                               self.window, scores.device)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        out_latent = scores.softmax(dim=-1).to(latents.dtype) @ latents  # (b, h, t, lora)
+        probs = scores.softmax(dim=-1).to(latents.dtype).reshape(rows)
+        out_latent = (probs @ latents).view(batch, heads, tokens, -1)  # (b, h, t, lora)
         return torch.einsum("bhtl,hvl->bhtv", out_latent, w_v)
 
     def _decompressed(self, q_nope: torch.Tensor, q_pe: torch.Tensor, latents: torch.Tensor,
