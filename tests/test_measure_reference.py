@@ -112,6 +112,22 @@ def test_vector_layouts_change_strides_not_results():
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_vector_layouts_order_each_stacked_expert_by_its_longer_side():
+    spec = moe()  # experts' w_up (4, 64, 64) is square; w_down (4, 64, 32) is wider out
+    model = build_model(spec, seed=5)
+    tokens = torch.tensor([[3, 1, 4, 1, 5]])
+    with torch.inference_mode():
+        model.setup_caches(1, 8)
+        expected = prefill(model, tokens)
+        prefer_vector_layouts(model)
+        model.setup_caches(1, 8)
+        got = prefill(model, tokens)
+    mlp = model.layers[0].mlp
+    assert mlp.w_up.stride() == (64 * 64, 64, 1)  # out = in: left row-major
+    assert mlp.w_down.shape == (4, 64, 32) and mlp.w_down.stride() == (64 * 32, 1, 64)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("spec", VARIANTS, ids=lambda s: s.name)
 def test_the_reference_holds_as_many_parameters_as_the_ledger_counts(spec):
     model = build_model(spec)

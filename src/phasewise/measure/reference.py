@@ -467,12 +467,17 @@ def prefer_vector_layouts(model: nn.Module) -> nn.Module:
     stream memory poorly along short rows: on a Zen 4 core with MKL, a (3072 × 576) fp32
     weight reads at 12 GB/s row-major and 22 GB/s column-major, a (576 × 1536) one at
     16.5 GB/s row-major and 13 GB/s column-major, while many-token GEMMs run at the same
-    rate either way (benchmarks/README.md, "Reference transformer")."""
+    rate either way (benchmarks/README.md, "Reference transformer"). An MoE layer's
+    stacked experts, (experts, out, in), get the same order within each expert."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.Linear) and module.out_features > module.in_features:
                 weight = module.weight
                 weight.data = weight.data.t().contiguous().t()
+            elif isinstance(module, MoE):
+                for weight in (module.w_up, module.w_down):
+                    if weight.shape[1] > weight.shape[2]:
+                        weight.data = weight.data.transpose(1, 2).contiguous().transpose(1, 2)
     if isinstance(model, Transformer) and model.spec.tie_word_embeddings:
         model.embed.weight = model.lm_head.weight
     return model
