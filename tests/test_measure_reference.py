@@ -96,36 +96,33 @@ def test_a_sliding_layer_does_not_see_tokens_beyond_its_window():
     torch.testing.assert_close(before, after)
 
 
+def prefill_before_and_after_vector_layouts(model):
+    """The same prompt's logits before and after ``prefer_vector_layouts``, which must agree."""
+    tokens = torch.tensor([[3, 1, 4, 1, 5]])
+    with torch.inference_mode():
+        model.setup_caches(1, 8)
+        before = prefill(model, tokens)
+        prefer_vector_layouts(model)
+        model.setup_caches(1, 8)
+        after = prefill(model, tokens)
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+
+
 def test_vector_layouts_change_strides_not_results():
     spec = dense(name="wide-mlp", intermediate_size=256, tie_word_embeddings=True)
     model = build_model(spec, seed=4)
-    tokens = torch.tensor([[3, 1, 4, 1, 5]])
-    with torch.inference_mode():
-        model.setup_caches(1, 8)
-        expected = prefill(model, tokens)
-        prefer_vector_layouts(model)
-        model.setup_caches(1, 8)
-        got = prefill(model, tokens)
+    prefill_before_and_after_vector_layouts(model)
     up = model.layers[0].mlp.w_up.weight  # (512, 64): wider out than in, so column-major
     assert up.shape == (512, 64) and up.stride() == (1, 512)
     assert model.lm_head.weight is model.embed.weight
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_vector_layouts_order_each_stacked_expert_by_its_longer_side():
-    spec = moe()  # experts' w_up (4, 64, 64) is square; w_down (4, 64, 32) is wider out
-    model = build_model(spec, seed=5)
-    tokens = torch.tensor([[3, 1, 4, 1, 5]])
-    with torch.inference_mode():
-        model.setup_caches(1, 8)
-        expected = prefill(model, tokens)
-        prefer_vector_layouts(model)
-        model.setup_caches(1, 8)
-        got = prefill(model, tokens)
+    model = build_model(moe(), seed=5)  # experts' w_up (4, 64, 64); w_down (4, 64, 32)
+    prefill_before_and_after_vector_layouts(model)
     mlp = model.layers[0].mlp
     assert mlp.w_up.stride() == (64 * 64, 64, 1)  # out = in: left row-major
     assert mlp.w_down.shape == (4, 64, 32) and mlp.w_down.stride() == (64 * 32, 1, 64)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("spec", VARIANTS, ids=lambda s: s.name)
