@@ -28,10 +28,12 @@ class Part:
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """One reference parameter and the checkpoint tensors concatenated (dim 0) to make it."""
+    """One reference parameter (or, with ``row``, one row of a stacked one: a routed
+    expert's weights) and the checkpoint tensors concatenated (dim 0) to make it."""
 
     target: str
     parts: tuple[Part, ...]
+    row: int | None = None
 
 
 def checkpoint_layout(spec: ModelSpec) -> list[Slot]:
@@ -103,10 +105,10 @@ def _mlp_slots(spec: ModelSpec, hf: str, ours: str, width: int, *,
     expert's go into row ``expert`` of the MoE layer's stacked w_up and w_down."""
     h = spec.hidden_size
     up = (("gate_proj", "up_proj") if spec.gated_mlp else ("up_proj",))
-    w_up, w_down = ((f"{ours}.w_up.weight", f"{ours}.w_down.weight") if expert is None else
-                    (f"{ours}.w_up[{expert}]", f"{ours}.w_down[{expert}]"))
-    return [Slot(w_up, tuple(Part(f"{hf}.{p}.weight", (width, h)) for p in up)),
-            _one(w_down, f"{hf}.down_proj.weight", (h, width))]
+    suffix = ".weight" if expert is None else ""  # a stacked parameter has no .weight
+    return [Slot(f"{ours}.w_up{suffix}", tuple(Part(f"{hf}.{p}.weight", (width, h)) for p in up),
+                 expert),
+            Slot(f"{ours}.w_down{suffix}", (Part(f"{hf}.down_proj.weight", (h, width)),), expert)]
 
 
 def _moe_slots(spec: ModelSpec, hf: str, ours: str) -> list[Slot]:
@@ -155,9 +157,8 @@ def load_into(model: Any, spec: ModelSpec, get: Callable[[str], Any]) -> None:
     with torch.no_grad():
         for slot in checkpoint_layout(spec):
             value = torch.cat([torch.as_tensor(get(p.name)) for p in slot.parts], dim=0)
-            name, _, row = slot.target.partition("[")  # "w_up[3]": row 3 of a stacked one
-            target = params[name][int(row.rstrip("]"))] if row else params[name]
-            target.copy_(value)
+            target = params[slot.target]
+            (target if slot.row is None else target[slot.row]).copy_(value)
     if spec.tie_word_embeddings:
         model.lm_head.weight = model.embed.weight
 
