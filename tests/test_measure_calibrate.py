@@ -46,8 +46,8 @@ CALIBRATION_PLAN = ProfilePlan(prompt_lengths=(64, 128, 256, 512), batch_sizes=(
                                contexts=(64, 512), warmup=2, repeats=15)
 HELD_OUT_PLAN = ProfilePlan(prompt_lengths=(256,), batch_sizes=(1,), contexts=(256,), warmup=2,
                             repeats=15)
-# Whole pairs (ceilings, calibration run, held-out run) measured before the check gives up.
-ATTEMPTS = 5
+# Rounds (ceilings, calibration run, held-out run) measured before the check gives up.
+ROUNDS = 5
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +55,29 @@ def calibration_profile(ceilings):
     return profile_of(CALIBRATED_ON, CALIBRATION_PLAN, ceilings)
 
 
-def held_out_errors(calibration, ceilings):
-    """Fit on one model, measure the other: relative error of each predicted point."""
+def fastest(profiles):
+    """One profile holding, for each point, the fastest time any of ``profiles`` measured,
+    and the highest ceilings: a neighbour's burst only ever slows a step down."""
+    best = {}
+    for profile in profiles:
+        for point in profile.points:
+            if point.label not in best or point.time_s < best[point.label].time_s:
+                best[point.label] = point
+    every = [profile.ceilings for profile in profiles]
+    ceilings = every[0].model_copy(update={
+        "copy_bytes_per_s": max(c.copy_bytes_per_s for c in every),
+        "gemm_flops_per_s": {fmt: max(c.gemm_flops_per_s[fmt] for c in every)
+                             for fmt in every[0].gemm_flops_per_s}})
+    return profiles[0].model_copy(update={
+        "points": [best[point.label] for point in profiles[0].points], "ceilings": ceilings})
+
+
+def held_out_errors(calibration, held_out):
+    """Fit on one model's profile, predict the other's: relative error of each point."""
     result, hardware = fit_calibration([calibration])
     calibrated = calibrated_model(result, hardware)
     errors = {}
-    for point in profile_of(HELD_OUT, HELD_OUT_PLAN, ceilings).points:
+    for point in held_out.points:
         step = (Step.prefill(point.new_tokens) if point.phase == "prefill"
                 else Step.decode(point.batch_size, point.context_tokens))
         ledger = build_ledger(HELD_OUT, step, precision_for("fp32"))
@@ -70,19 +87,22 @@ def held_out_errors(calibration, ceilings):
 
 def test_a_calibration_on_one_model_predicts_another_within_fifteen_percent(ceilings,
                                                                            calibration_profile):
-    """Millisecond steps on a shared two-vCPU machine: a neighbour's burst can move one side
-    of the pair by 20% for seconds at a time (at 7 and 9 repeats a step, two pairs in six
-    missed, and a fresh-clone run missed all three, by up to 34%; at 15, the decode step's
-    scatter fell from ±20% to ±5%). So each step is the median of 15 runs, the whole pair
-    (ceilings, calibration run, held-out run) is measured up to ATTEMPTS times, and the
-    check holds if one clean pair meets it; a model that is wrong fails every pair."""
-    attempts = [held_out_errors(calibration_profile, ceilings)]
-    while (max(map(abs, attempts[-1].values())) > HELD_OUT_TOLERANCE
-           and len(attempts) < ATTEMPTS):
+    """Millisecond steps on a shared two-vCPU machine: a neighbour's burst can slow one step
+    by 20-30% for seconds at a time, longer than a step's 15 repeats, so one measured pair
+    can miss either way (a fresh-clone CI run missed all five pairs, decode by -21% to +32%).
+    So the pair (ceilings, calibration run, held-out run) is measured in up to ROUNDS rounds
+    and each point keeps the fastest time any round saw (timeit's rule: noise only adds).
+    On a quiet machine the fastest-of-three sat at +7-9% (prefill) and -2-8% (decode); a
+    model that is wrong misses the uncontended times too."""
+    calibrations = [calibration_profile]
+    held_outs = [profile_of(HELD_OUT, HELD_OUT_PLAN, ceilings)]
+    errors = [held_out_errors(fastest(calibrations), fastest(held_outs))]
+    while max(map(abs, errors[-1].values())) > HELD_OUT_TOLERANCE and len(errors) < ROUNDS:
         fresh = measure_ceilings("cpu", gemm_size=512, buffer_bytes=32 * 2**20, repeats=3)
-        attempts.append(held_out_errors(profile_of(CALIBRATED_ON, CALIBRATION_PLAN, fresh),
-                                        fresh))
-    assert max(map(abs, attempts[-1].values())) <= HELD_OUT_TOLERANCE, attempts
+        calibrations.append(profile_of(CALIBRATED_ON, CALIBRATION_PLAN, fresh))
+        held_outs.append(profile_of(HELD_OUT, HELD_OUT_PLAN, fresh))
+        errors.append(held_out_errors(fastest(calibrations), fastest(held_outs)))
+    assert max(map(abs, errors[-1].values())) <= HELD_OUT_TOLERANCE, errors
 
 
 def test_the_fit_records_what_it_was_fitted_to(calibration_profile):
