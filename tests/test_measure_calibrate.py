@@ -92,7 +92,7 @@ def test_a_calibration_on_one_model_predicts_another_within_fifteen_percent(ceil
     can miss either way (a fresh-clone CI run missed all five pairs, decode by -21% to +32%).
     So the pair (ceilings, calibration run, held-out run) is measured in up to ROUNDS rounds
     and each point keeps the fastest time any round saw (timeit's rule: noise only adds).
-    On a quiet machine the fastest-of-three sat at +7-9% (prefill) and -2-8% (decode); a
+    On a quiet machine the fastest of three sat at +7-9% (prefill) and -2% to +7% (decode); a
     model that is wrong misses the uncontended times too."""
     calibrations = [calibration_profile]
     held_outs = [profile_of(HELD_OUT, HELD_OUT_PLAN, ceilings)]
