@@ -100,6 +100,18 @@ def test_why_prints_the_row_its_command_and_its_constants(phasewise_cli):
     assert "bandwidth_fraction" in text and "device:m1-max" in text
 
 
+def test_a_row_faster_than_the_floor_through_fp16_accumulation_says_so(phasewise_cli):
+    # LCPP-0237: Llama 3 8B F16, 512-token prompt on an RTX 4080 in 70.6 ms, about 109
+    # TFLOP/s of matmuls (7.5e9 weights x 2 x 512), over the sheet's 97.5 TFLOP/s fp16 with
+    # fp32 accumulation. ggml-cuda's cuBLAS path accumulates in fp16, which GeForce Ada runs
+    # at twice that rate (Ada whitepaper: RTX 4080 fp16 194.9 with fp16 accumulation).
+    text = phasewise_cli("validate", "--why", "LCPP-0237").stdout
+    assert "measured faster than the speed-of-light floor: the engine accumulates" in text
+    assert "2x the sheet's fp16 rate" in text
+    # an RTX 6000 Ada runs both accumulations at one rate: nothing to say, and it is slower
+    assert "faster than" not in phasewise_cli("validate", "--why", "LCPP-0289").stdout
+
+
 def test_an_unknown_record_id_is_one_line_and_exit_2(scenarios, phasewise_cli):
     with pytest.raises(InputError, match="NOPE-1"):
         find_scenarios(scenarios, ["NOPE-1"])

@@ -35,6 +35,8 @@ class RowTrace:
     constants: tuple[ConstantSource, ...]
     causes: dict[str, float]  # seconds of the predicted time (the measured unit's time)
     in_memory: bool = False  # a fit no file holds: the command shows the bundled profile
+    # the engine's fp16-accumulate speed-up on this device (engines.Traits.gemm_peak_factor)
+    peak_factor: float = 1.0
 
     def document(self) -> dict:
         p = self.prediction
@@ -60,7 +62,12 @@ class RowTrace:
                f"  measured {p.measured:.4g}, expected {p.predicted:.4g} ({p.error:+.1%} in "
                f"time), speed of light {p.floor:.4g} ({p.floor_error:+.1%}); profile "
                f"'{self.profile}'"]
-        if p.beats_floor:
+        if p.beats_floor and self.peak_factor > 1:
+            out.append("  measured faster than the speed-of-light floor: the engine accumulates "
+                       "16-bit matmuls in fp16, which this part runs at "
+                       f"{self.peak_factor:g}x the sheet's fp16 rate (its fp32-accumulate "
+                       "figure, the one the floor takes)")
+        elif p.beats_floor:
             out.append(f"  measured faster than the speed-of-light floor: {FLOOR_BEATEN}")
         if self.command and self.in_memory:
             out.append(f"  same scenario (bundled profile, not this fit): {self.command}")
@@ -108,7 +115,8 @@ def trace(scenario: Scenario, profile: Profile, *, calibration: str | None = Non
         command = estimate_command(scenario, calibration)
     else:
         causes["compute" if scenario.kind == "gemm" else "memory"] = prediction.predicted_s
-    return RowTrace(scenario, prediction, profile.name, command, constants, causes, in_memory)
+    return RowTrace(scenario, prediction, profile.name, command, constants, causes, in_memory,
+                    cost.traits.gemm_peak_factor)
 
 
 def _step_causes(cost: Calibrated, ledger, hardware) -> dict[str, float]:  # noqa: ANN001
