@@ -115,8 +115,10 @@ def trace(scenario: Scenario, profile: Profile, *, calibration: str | None = Non
         command = estimate_command(scenario, calibration)
     else:
         causes["compute" if scenario.kind == "gemm" else "memory"] = prediction.predicted_s
+    # the speed-up reaches 16-bit matmuls only (calibrated.op_features' peak_factor)
+    fp16 = scenario.precision.activations == "fp16"
     return RowTrace(scenario, prediction, profile.name, command, constants, causes, in_memory,
-                    cost.traits.gemm_peak_factor)
+                    cost.traits.gemm_peak_factor if fp16 else 1.0)
 
 
 def _step_causes(cost: Calibrated, ledger, hardware) -> dict[str, float]:  # noqa: ANN001
