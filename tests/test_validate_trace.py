@@ -108,6 +108,9 @@ def test_a_row_faster_than_the_floor_through_fp16_accumulation_says_so(phasewise
     text = phasewise_cli("validate", "--why", "LCPP-0237").stdout
     assert "measured faster than the speed-of-light floor: the engine accumulates" in text
     assert "2x the sheet's fp16 rate" in text
+    (row,) = json.loads(phasewise_cli("validate", "--why", "LCPP-0237", "--format",
+                                      "json").stdout)
+    assert row["faster_than_floor"] is True and row["fp16_accumulate_speedup"] == 2.0
     # an RTX 6000 Ada runs both accumulations at one rate: nothing to say, and it is slower
     assert "faster than" not in phasewise_cli("validate", "--why", "LCPP-0289").stdout
 

@@ -45,6 +45,7 @@ class RowTrace:
                 "metric": p.metric, "unit": p.unit, "measured": p.measured,
                 "predicted": p.predicted, "floor": p.floor, "error": p.error,
                 "floor_error": p.floor_error, "faster_than_floor": p.beats_floor,
+                "fp16_accumulate_speedup": self.peak_factor,
                 "profile": self.profile,
                 "command": self.command, "command_uses_this_fit": not self.in_memory,
                 "causes_s": dict(self.causes),
