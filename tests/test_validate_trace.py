@@ -10,6 +10,7 @@ from phasewise.cost.calibration import Profile, load_profile, parameter_defs, re
 from phasewise.errors import InputError
 from phasewise.validate.measurements import load_bundled
 from phasewise.validate.run import dataset, holdout, match_source, predict, sources
+from phasewise.validate.outcome import ValidationOutcome
 from phasewise.validate.trace import find_scenarios, trace
 
 # One row of each shape the causes must add up over: a llama.cpp prompt in micro-batches
@@ -113,6 +114,26 @@ def test_a_row_faster_than_the_floor_through_fp16_accumulation_says_so(phasewise
     assert row["faster_than_floor"] is True and row["fp16_accumulate_speedup"] == 2.0
     # an RTX 6000 Ada runs both accumulations at one rate: nothing to say, and it is slower
     assert "faster than" not in phasewise_cli("validate", "--why", "LCPP-0289").stdout
+
+
+def test_the_summary_names_the_fp16_accumulate_reason_for_a_row_faster_than_its_floor(scenarios):
+    # the summary's list of floor-beating rows gives LCPP-0237 (RTX 4080, F16 prompt) the
+    # reason --why gives it; a row beating its floor without the speed-up keeps the generic
+    # reason of the summary's header line alone
+    (fast,) = find_scenarios(scenarios, ["LCPP-0237"])
+    profile = load_profile()
+    beaten = predict(fast, profile)
+    assert beaten.beats_floor and beaten.fp16_accumulate_speedup == 2.0
+    plain = replace(beaten, record_id="PLAIN-1", fp16_accumulate_speedup=1.0)
+    lines = ValidationOutcome("in-sample", [beaten, plain], []).summary_lines()
+    (named,) = [line for line in lines if "LCPP-0237" in line]
+    assert "accumulates 16-bit matmuls in fp16" in named and "2x the sheet's fp16 rate" in named
+    (other,) = [line for line in lines if "PLAIN-1" in line]
+    assert "fp16" not in other
+    # the speed-up is the engine's on this device: an RTX 6000 Ada runs both accumulations
+    # at one rate
+    (workstation,) = find_scenarios(scenarios, ["LCPP-0289"])
+    assert predict(workstation, profile).fp16_accumulate_speedup == 1.0
 
 
 def test_an_unknown_record_id_is_one_line_and_exit_2(scenarios, phasewise_cli):

@@ -11,7 +11,8 @@ from phasewise.cost.calibration import load_profile, profile_to_toml
 from phasewise.errors import InputError
 from phasewise.files import write_atomic
 from phasewise.validate.measurements import MeasurementFile, Problem
-from phasewise.validate.run import FLOOR_BEATEN, Prediction, dataset, fit, holdout, in_sample
+from phasewise.validate.run import (FLOOR_BEATEN, FLOOR_BEATEN_FP16_ACCUMULATE, Prediction,
+                                    dataset, fit, holdout, in_sample)
 from phasewise.validate.run import leave_one_source_out as every_source_held_out
 from phasewise.validate.run import match_source, short_source, sources
 from phasewise.validate.score import Score, prediction_rows, score, score_rows
@@ -48,7 +49,10 @@ class ValidationOutcome:
             lines.append(f"{len(beaten)} row(s) measured faster than the speed-of-light floor "
                          f"({FLOOR_BEATEN}):")
             lines += [f"  {p.record_id} ({p.hardware}, {p.model or p.phase}): floor "
-                      f"{p.floor_error:+.1%} of the measured time" for p in beaten]
+                      f"{p.floor_error:+.1%} of the measured time"
+                      + (": " + FLOOR_BEATEN_FP16_ACCUMULATE.format(
+                          factor=p.fp16_accumulate_speedup)
+                         if p.fp16_accumulate_speedup > 1 else "") for p in beaten]
         return lines
 
     def faster_than_floor(self) -> list[Prediction]:

@@ -46,6 +46,10 @@ class Prediction:
     measured_s: float
     predicted_s: float
     floor_s: float
+    # the engine's fp16-accumulate speed-up on this device for the row's 16-bit matmuls
+    # (engines.Traits.gemm_peak_factor; 1 where none applies): the floor takes the sheet's
+    # fp32-accumulate rate, so a row can beat it by up to this factor
+    fp16_accumulate_speedup: float = 1.0
 
     @property
     def error(self) -> float:
@@ -70,6 +74,11 @@ FLOOR_BEATEN = ("the floor takes the ledger's FLOPs and bytes at the sheet's pea
                 "above its rated clock), the ledger counts more than the run moved (MoE "
                 "routing that touches fewer experts than uniform routing does), or the row "
                 "does not describe its run")
+# ... and one the model knows: the engine accumulates 16-bit matmuls in fp16, which the part
+# runs faster than the sheet's fp32-accumulate figure the floor takes.
+FLOOR_BEATEN_FP16_ACCUMULATE = ("the engine accumulates 16-bit matmuls in fp16, which this "
+                                "part runs at {factor:g}x the sheet's fp16 rate (its "
+                                "fp32-accumulate figure, the one the floor takes)")
 
 
 @dataclass
@@ -170,13 +179,17 @@ def predict(scenario: Scenario, profile: Profile) -> Prediction:
         expected_s = predicted_seconds(scenario, est)
         floor_s = predicted_seconds(scenario, est, floor=True)
         model = scenario.model.name
+    # the speed-up reaches 16-bit matmuls only (calibrated.op_features' peak_factor)
+    speedup = cost.traits.gemm_peak_factor if (
+        scenario.kind not in CEILING_KINDS and scenario.precision.activations == "fp16") else 1.0
     return Prediction(
         record_id=scenario.record_id, source=scenario.source, phase=scenario.phase,
         hardware=scenario.hardware.name, model=model,
         engine=scenario.engine.name if scenario.engine else "", metric=scenario.metric,
         unit=scenario.unit, measured=scenario.value,
         predicted=predicted_value(scenario, expected_s), floor=predicted_value(scenario, floor_s),
-        measured_s=scenario.measured_s, predicted_s=expected_s, floor_s=floor_s)
+        measured_s=scenario.measured_s, predicted_s=expected_s, floor_s=floor_s,
+        fp16_accumulate_speedup=speedup)
 
 
 def sources(scenarios: Sequence[Scenario]) -> list[str]:

@@ -17,8 +17,8 @@ from phasewise.cost.calibrated import Calibrated
 from phasewise.cost.calibration import ConstantSource, Profile
 from phasewise.errors import InputError
 from phasewise.ledger import build_ledger
-from phasewise.validate.run import (CEILING_KINDS, FLOOR_BEATEN, Prediction, predict,
-                                    scenario_steps, short_source)
+from phasewise.validate.run import (CEILING_KINDS, FLOOR_BEATEN, FLOOR_BEATEN_FP16_ACCUMULATE,
+                                    Prediction, predict, scenario_steps, short_source)
 from phasewise.validate.scenario import Scenario
 
 # The causes a row's time splits into: each operator counts max(compute, memory) as
@@ -35,8 +35,6 @@ class RowTrace:
     constants: tuple[ConstantSource, ...]
     causes: dict[str, float]  # seconds of the predicted time (the measured unit's time)
     in_memory: bool = False  # a fit no file holds: the command shows the bundled profile
-    # the engine's fp16-accumulate speed-up on this device (engines.Traits.gemm_peak_factor)
-    peak_factor: float = 1.0
 
     def document(self) -> dict:
         p = self.prediction
@@ -45,7 +43,7 @@ class RowTrace:
                 "metric": p.metric, "unit": p.unit, "measured": p.measured,
                 "predicted": p.predicted, "floor": p.floor, "error": p.error,
                 "floor_error": p.floor_error, "faster_than_floor": p.beats_floor,
-                "fp16_accumulate_speedup": self.peak_factor,
+                "fp16_accumulate_speedup": p.fp16_accumulate_speedup,
                 "profile": self.profile,
                 "command": self.command, "command_uses_this_fit": not self.in_memory,
                 "causes_s": dict(self.causes),
@@ -63,11 +61,9 @@ class RowTrace:
                f"  measured {p.measured:.4g}, expected {p.predicted:.4g} ({p.error:+.1%} in "
                f"time), speed of light {p.floor:.4g} ({p.floor_error:+.1%}); profile "
                f"'{self.profile}'"]
-        if p.beats_floor and self.peak_factor > 1:
-            out.append("  measured faster than the speed-of-light floor: the engine accumulates "
-                       "16-bit matmuls in fp16, which this part runs at "
-                       f"{self.peak_factor:g}x the sheet's fp16 rate (its fp32-accumulate "
-                       "figure, the one the floor takes)")
+        if p.beats_floor and p.fp16_accumulate_speedup > 1:
+            out.append("  measured faster than the speed-of-light floor: "
+                       + FLOOR_BEATEN_FP16_ACCUMULATE.format(factor=p.fp16_accumulate_speedup))
         elif p.beats_floor:
             out.append(f"  measured faster than the speed-of-light floor: {FLOOR_BEATEN}")
         if self.command and self.in_memory:
@@ -116,10 +112,7 @@ def trace(scenario: Scenario, profile: Profile, *, calibration: str | None = Non
         command = estimate_command(scenario, calibration)
     else:
         causes["compute" if scenario.kind == "gemm" else "memory"] = prediction.predicted_s
-    # the speed-up reaches 16-bit matmuls only (calibrated.op_features' peak_factor)
-    fp16 = scenario.precision.activations == "fp16"
-    return RowTrace(scenario, prediction, profile.name, command, constants, causes, in_memory,
-                    cost.traits.gemm_peak_factor if fp16 else 1.0)
+    return RowTrace(scenario, prediction, profile.name, command, constants, causes, in_memory)
 
 
 def _step_causes(cost: Calibrated, ledger, hardware) -> dict[str, float]:  # noqa: ANN001
