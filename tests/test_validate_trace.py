@@ -9,8 +9,8 @@ import pytest
 from phasewise.cost.calibration import Profile, load_profile, parameter_defs, resolve_engine
 from phasewise.errors import InputError
 from phasewise.validate.measurements import load_bundled
-from phasewise.validate.run import dataset, holdout, match_source, predict, sources
 from phasewise.validate.outcome import ValidationOutcome
+from phasewise.validate.run import dataset, holdout, match_source, predict, sources
 from phasewise.validate.trace import find_scenarios, trace
 
 # One row of each shape the causes must add up over: a llama.cpp prompt in micro-batches
