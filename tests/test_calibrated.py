@@ -651,7 +651,9 @@ def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
     with mul_mat_vec_q on the SM's integer and FP32 pipes, no tensor cores: one token of
     Llama 3 8B Q4_K_M's mlp.up (gate and up, 4096 x 2 x 14336 per layer, 32 layers, 2 FLOPs
     a weight) on an A100 SXM costs 2 x 4096 x 28672 x 32 x 4 operations at its 19.5 TFLOP/s
-    fp32 vector rate, whatever the GEMM constants; 9 tokens run MMQ, priced by the shape
+    fp32 vector rate, whatever the GEMM constants. t tokens in the kernel's one pass share
+    the unpacking, 3/4 of a token's work (engines.toml matvec_unpack_share): 4 x (1/4 +
+    3/4 / t) operations per FLOP, 1.375 at 8 tokens. 9 tokens run MMQ, priced by the shape
     term."""
     a100 = load_hardware("a100-80gb-sxm")
     llama = Calibrated.for_device(a100, engine="llama.cpp").traits
@@ -667,7 +669,7 @@ def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
         f = op_features(up, a100, "fp16", llama)
         assert f.matvec == (1.0 if matvec else 0.0)
         if matvec:
-            alu_s = 2.0 * 4096 * 28672 * 32 * tokens * 4.0 / 19.5e12
+            alu_s = 2.0 * 4096 * 28672 * 32 * tokens * 4.0 * (0.25 + 0.75 / tokens) / 19.5e12
             assert priced_parts(f, c).compute_s == pytest.approx(alu_s, rel=1e-9)
             assert priced_parts(f, other).compute_s == pytest.approx(alu_s, rel=1e-9)
     # 16-bit weights: one operation per FLOP (a fused multiply-add counts 2 of each)
@@ -680,6 +682,32 @@ def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
     up = next(op for op in build_ledger(model, Step.decode(1, 10), precision).ops
               if op.name == "mlp.up")
     assert op_features(up, a100, "fp16", Calibrated.for_device(a100).traits).matvec == 0.0
+
+
+def test_metal_small_batches_share_a_pass_s_unpacking_among_its_tokens():
+    """kernel_mul_mv_ext dequantizes a chunk once and dots it against its r1ptg tokens:
+    Qwen2.5 7B Q8_0's mlp.up (3584 x 2 x 18944 per layer, 28 layers) on an M2 Max costs
+    4 x (1/4 + 3/4 / t) operations per FLOP at t tokens a pass: 4 at one token; 4 tokens
+    in one pass, 1.75; 8 tokens in two passes of 4, 1.75 again; a 16-bit GEMM 1 whatever
+    the tokens (nothing to unpack)."""
+    m2 = load_hardware("m2-max")
+    metal = traits_for(resolve_engine("llama.cpp"), m2)
+    assert metal.matvec_unpack_share == 0.75
+    c = Constants(**ROUND)
+    dense = load_model("qwen2.5-7b")
+    for tokens, ops in ((1, 4.0), (4, 1.75), (8, 1.75)):
+        up = next(op for op in build_ledger(dense, Step.decode(tokens, 64),
+                                            Precision("Q8_0", "fp16", "fp16")).ops
+                  if op.name == "mlp.up")
+        flops = 2.0 * 3584 * 2 * 18944 * 28 * tokens
+        assert up.flops == pytest.approx(flops)
+        f = op_features(up, m2, "fp16", metal)
+        assert priced_parts(f, c).compute_s == pytest.approx(flops * ops / m2.vector_flops)
+        f16 = next(op for op in build_ledger(dense, Step.decode(tokens, 64),
+                                             Precision("fp16", "fp16", "fp16")).ops
+                   if op.name == "mlp.up")
+        assert priced_parts(op_features(f16, m2, "fp16", metal), c).compute_s == \
+            pytest.approx(flops / m2.vector_flops)
 
 
 def test_matrix_vector_token_limits_follow_the_backend_and_the_expert_path():

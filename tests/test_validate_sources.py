@@ -104,6 +104,25 @@ def test_a_llama_bench_prompt_row_is_one_prompt_of_its_length():
     assert s.measured_s == pytest.approx(3968 / 2575.87)
 
 
+def test_lhl_s_radeon_pro_and_strix_halo_rows_map_to_their_devices_and_micro_batches():
+    # W7900 Pervasive Computing Project.md: 'llama 70B Q4_K - Medium | 39.59 GiB | 70.55 B |
+    # ROCm | 99 | pp 3968 | 255.59 ± 0.94', build b8109bc0 (2701).
+    s = scenario_for(bundled_row("lhl_benchmark_notes.csv", "LHL-0061"))
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights, s.engine.name) == (
+        "prefill", "radeon-pro-w7900", "llama-3-70b", "Q4_K_M", "llama.cpp")
+    assert s.measured_s == pytest.approx(3968 / 255.59)
+    # Strix Halo.md, 'hipblaslt b128': llama-bench -b 128 caps the micro-batch at 128 tokens.
+    s = configured_row("lhl_benchmark_notes.csv", "LHL-0055")
+    assert (s.hardware.name, s.model.name, s.engine.name) == (
+        "ryzen-ai-max-395", "qwen3-235b-a22b", "llama.cpp+ub128")
+    assert s.engine.prefill_ubatch_tokens == 128
+    # howto/AMD GPUs.md, Windows build 1148: 2023 llama-bench printed 'LLaMA v2 7B'.
+    s = scenario_for(bundled_row("lhl_benchmark_notes.csv", "LHL-0069"))
+    assert (s.hardware.name, s.model.name, s.precision.weights) == (
+        "rx-7900-xt", "llama-2-7b", "Q4_K_M")
+    assert s.measured_s == pytest.approx(3968 / 858.74)
+
+
 def test_a_concurrency_one_tpot_row_is_a_batch_one_decode_step():
     # speed-benchmarking nvfp4/llama.cpp.q4_k_m, concurrency 1: 130,670 input and 16,080
     # output tokens over 128 requests; mean_tpot_ms 4.3604.

@@ -9,9 +9,12 @@ For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
             bandwidth_fraction)), for GEMMs; attention_efficiency for fused attention,
             gemm_efficiency for unfused attention (its matmuls are GEMMs), 1 for
             elementwise work
-    compute_s = FLOPs · (matvec_alu_ops if block-quantized, else 1) / vector peak
+    compute_s = FLOPs · (matvec_alu_ops · (1 − s + s / t) if block-quantized, else 1)
+                / vector peak
             for a GEMM the engine runs as matrix-vector kernels on the vector ALUs
-            (``Traits.matvec_max_tokens``: llama.cpp's MMVQ and Metal mul_mv)
+            (``Traits.matvec_max_tokens``: llama.cpp's MMVQ and Metal mul_mv), t its tokens
+            per pass over the weights and s the share of the work that unpacks a block,
+            done once per pass (``Traits.matvec_unpack_share``)
     memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
                  · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights)
                  · (attention_bandwidth for attention))
@@ -98,6 +101,7 @@ class OpFeatures:
     weight_intensity: Any  # FLOPs per weight byte (GEMMs)
     dequantized: Any  # 1 where the GEMM dequantizes block-quantized weights as it reads them
     matvec: Any  # 1 where the engine runs the GEMM as matrix-vector kernels on vector ALUs
+    alu_share: Any  # the share of matvec_alu_ops a matrix-vector FLOP costs at its tokens per pass
     unfused: Any  # 1 for attention run as separate matmuls and soft-max (scores in memory)
     serial_bytes: Any  # bytes moved by kernels of their own before or after the operator's
     peak_factor: Any  # fp16-accumulate speed-up of the engine on the device (1: none)
@@ -156,9 +160,16 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
         kind in (KIND_GEMM, KIND_ATTENTION) and math_format == "fp16") else 1.0
     if fp4_block_gemm(op, traits):  # the same quantized GEMM, on FP4 instead of int8 MMA
         peak_factor *= hardware.peak_flops("fp4") / hardware.peak_flops("int8")
+    # a matrix-vector kernel unpacks each quantized block once per pass over the weights and
+    # multiplies it into every token the pass serves: that share of its per-token work is
+    # spread over the pass's tokens
+    per_pass = max(1.0, op.m / passes) if op.kind == "gemm" and op.m else 1.0
+    share = traits.matvec_unpack_share
+    alu_share = 1.0 - share + share / per_pass
     return OpFeatures(kind, flops, memory_bytes, op.calls, kernels, intensity,
                       1.0 if dequantized and not buffered else 0.0,
-                      1.0 if is_matvec(op, traits) else 0.0, 1.0 if unfused else 0.0,
+                      1.0 if is_matvec(op, traits) else 0.0, alu_share,
+                      1.0 if unfused else 0.0,
                       serial_bytes, peak_factor, op.network, hops, peak,
                       hardware.vector_flops, ridge, bandwidth, link_bw, link_latency)
 
@@ -284,7 +295,7 @@ def priced_parts(f: OpFeatures, c: Any, *,
     attention_rate = f.unfused * c.gemm_efficiency + (1.0 - f.unfused) * c.attention_efficiency
     # A matrix-vector kernel runs on the vector ALUs: its FLOPs times the operations each
     # costs (dequantizing included) at the vector rate, on the scale of the matmul peak.
-    alu_ops = 1.0 + f.dequantized * (c.matvec_alu_ops - 1.0)
+    alu_ops = 1.0 + f.dequantized * (c.matvec_alu_ops * f.alu_share - 1.0)
     vector_rate = f.vector_flops_per_s / (f.peak_flops_per_s * f.peak_factor * alu_ops)
     efficiency = (gemm * (1.0 - f.matvec) * c.gemm_efficiency * shape * dequant_compute
                   * c.gemm_fraction + gemm * f.matvec * vector_rate

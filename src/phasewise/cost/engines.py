@@ -34,7 +34,7 @@ ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_abo
                  "attention_score_bytes", "allreduce_rounds", "moe_tile_tokens",
                  "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens",
                  "matvec_tokens_per_pass", "moe_matvec_below_tokens", "matvec_max_tokens",
-                 "mxfp4_fp4_mma")
+                 "mxfp4_fp4_mma", "matvec_unpack_share")
 BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
 _META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
          "before_build")
@@ -87,6 +87,9 @@ class Traits:
     multiply them on the device's block-scaled FP4 matrix units instead of its int8 ones:
     the quantized GEMM at the device's fp4 / int8 tensor rate times its usual rate (the
     engine has the kernel and the device the instructions: devices.toml [fp4_block_mma]).
+    ``matvec_unpack_share``: the share of a matrix-vector kernel's ALU work on a quantized
+    weight that unpacks it, done once per pass and shared by the pass's tokens (0: all of
+    it is repeated for each token).
     """
 
     prefill_ubatch_tokens: int = 0
@@ -102,6 +105,7 @@ class Traits:
     moe_matvec_below_tokens: int = 0
     matvec_max_tokens: int = 0
     mxfp4_fp4_mma: bool = False
+    matvec_unpack_share: float = 0.0
 
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -335,4 +339,5 @@ def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
         matvec_tokens_per_pass=tuple(int(t) for t in values.get("matvec_tokens_per_pass", ())),
         moe_matvec_below_tokens=int(values.get("moe_matvec_below_tokens", 0)),
         matvec_max_tokens=int(values.get("matvec_max_tokens", 0)),
-        mxfp4_fp4_mma=bool(values.get("mxfp4_fp4_mma")) and has_fp4_block_mma(hardware))
+        mxfp4_fp4_mma=bool(values.get("mxfp4_fp4_mma")) and has_fp4_block_mma(hardware),
+        matvec_unpack_share=float(values.get("matvec_unpack_share", 0.0)))
