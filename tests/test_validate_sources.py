@@ -21,7 +21,7 @@ NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vl
              "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv",
              "llamacpp_pr_cuda.csv", "llamacpp_pr_metal.csv", "llamacpp_m2_ultra.csv",
              "gb10_matmul_report.csv", "llamacpp_cuda_graphs_threads.csv",
-             "torch_performance_test_data.csv")
+             "torch_performance_test_data.csv", "llamacpp_pr_hip.csv")
 
 
 def bundled_row(file: str, record_id: str):
@@ -169,6 +169,15 @@ def test_a_layer_split_llama_bench_row_is_one_sequence_through_eight_devices():
     assert (s.parallelism.tp, s.parallelism.pp, s.devices, s.engine.name) == (1, 8, 8, "llama.cpp")
     assert (s.workload.osl, s.workload.batch_size) == (128, 1)
     assert s.measured_s == pytest.approx(1 / 36.51)
+
+
+def test_a_hip_pull_request_decode_row_is_one_token_on_an_rx_7900_xtx():
+    # PR #26284, RX 7900 XTX table: llama 8B Q4_K_M, micro-batch 512, tg64, master 105.75.
+    s = scenario_for(bundled_row("llamacpp_pr_hip.csv", "LPHP-0003"))
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
+        "decode", "rx-7900-xtx", "llama-3-8b", "Q4_K_M")
+    assert (s.workload.osl, s.workload.batch_size, s.devices) == (64, 1, 1)
+    assert s.measured_s == pytest.approx(1 / 105.75)
 
 
 def test_a_deepseek_llama_bench_label_is_deepseek_v3():
