@@ -684,6 +684,53 @@ def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
     assert op_features(up, a100, "fp16", Calibrated.for_device(a100).traits).matvec == 0.0
 
 
+def test_cuda_and_hip_matrix_vector_kernels_run_at_the_integer_rate():
+    """mul_mat_vec_q unpacks and multiplies in 32-bit integer instructions (dp4a), so its
+    ALU work runs at the device's INT32 rate: an RTX 3090's is 17.8 TOPS, half its 35.6
+    TFLOP/s FP32 figure (GA102 whitepaper: 64 of an SM's 128 FP32 lanes run INT32); an
+    RX 7900 XTX's 30.7, half the 61.4 its sheet counts with VOPD dual issue; an A100's
+    19.5, its FP32 figure (64 INT32 and 64 FP32 lanes an SM). One token of Llama 3 8B
+    Q4_K_M's mlp.up (2 x 4096 x 28672 x 32 FLOPs) at 4 operations per FLOP. 16-bit weights
+    go through the float kernel at the FP32 rate, and Metal's kernels multiply in float."""
+    model = load_model("llama-3-8b")
+    c = Constants(**ROUND)
+    flops = 2.0 * 4096 * 28672 * 32
+    llama = resolve_engine("llama.cpp")
+    for name, rate in (("rtx-3090", 17.8e12), ("rx-7900-xtx", 30.7e12),
+                       ("a100-80gb-sxm", 19.5e12), ("m2-max", 13.6e12)):
+        device = load_hardware(name)
+        traits = traits_for(llama, device)
+        for weights, ops, expected in (("Q4_K_M", 4.0, rate), ("fp16", 1.0, device.vector_flops)):
+            up = next(op for op in build_ledger(model, Step.decode(1, 10),
+                                                Precision(weights, "fp16", "fp16")).ops
+                      if op.name == "mlp.up")
+            f = op_features(up, device, "fp16", traits)
+            assert f.matvec == 1.0
+            assert priced_parts(f, c).compute_s == pytest.approx(flops * ops / expected,
+                                                                 rel=1e-9), (name, weights)
+    # the generic engine's kernels are not llama.cpp's: no integer rate
+    assert traits_for(resolve_engine("generic"), load_hardware("rtx-3090")).matvec_alu_rate == 1.0
+
+
+def test_the_matrix_vector_count_is_fitted_per_compute_backend():
+    """llama.cpp's matrix-vector kernels are one source per backend (mul_mat_vec_q for CUDA
+    and HIP, kernel_mul_mv for Metal), so matvec_alu_ops has a level per engine and backend,
+    not per device class; a backend without one takes the engine's."""
+    profile = Profile("t", values={"engine:llama.cpp": {"matvec_alu_ops": 9.0},
+                                   "engine:llama.cpp/backend:cuda": {"matvec_alu_ops": 6.0},
+                                   "engine:llama.cpp/backend:metal": {"matvec_alu_ops": 12.0},
+                                   "engine:llama.cpp/class:consumer_gpu": {"matvec_alu_ops": 99.0,
+                                                                           "kernel_overhead_s": 7e-6}})
+    llama = resolve_engine("llama.cpp")
+    rtx, m2, rx = (load_hardware(n) for n in ("rtx-3090", "m2-ultra", "rx-7900-xtx"))
+    assert constants_for(profile, rtx, llama).matvec_alu_ops == 6.0
+    assert constants_for(profile, m2, llama).matvec_alu_ops == 12.0
+    assert constants_for(profile, rx, llama).matvec_alu_ops == 9.0
+    assert constants_for(profile, rtx, llama).kernel_overhead_s == 7e-6  # others stay by class
+    again = profile_from_document(tomllib.loads(profile_to_toml(profile)), "x")
+    assert again.values == profile.values
+
+
 def test_metal_small_batches_share_a_pass_s_unpacking_among_its_tokens():
     """kernel_mul_mv_ext dequantizes a chunk once and dots it against its r1ptg tokens:
     Qwen2.5 7B Q8_0's mlp.up (3584 x 2 x 18944 per layer, 28 layers) on an M2 Max costs

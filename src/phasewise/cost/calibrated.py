@@ -108,7 +108,7 @@ class OpFeatures:
     network_bytes: Any
     hops: Any
     peak_flops_per_s: Any
-    vector_flops_per_s: Any
+    vector_flops_per_s: Any  # the rate of the engine's matrix-vector ALU work
     ridge_flops_per_byte: Any
     bandwidth_bytes_per_s: Any
     link_bytes_per_s: Any
@@ -171,7 +171,8 @@ def op_features(op: Op, hardware: HardwareSpec, math_format: str,
                       1.0 if is_matvec(op, traits) else 0.0, alu_share,
                       1.0 if unfused else 0.0,
                       serial_bytes, peak_factor, op.network, hops, peak,
-                      hardware.vector_flops, ridge, bandwidth, link_bw, link_latency)
+                      hardware.vector_flops * (traits.matvec_alu_rate if dequantized else 1.0),
+                      ridge, bandwidth, link_bw, link_latency)
 
 
 def fp4_block_gemm(op: Op, traits: Traits) -> bool:

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from phasewise.cost.engines import (GENERIC_ENGINE, Engine, Traits, configure, engine_names,
+from phasewise.cost.engines import (GENERIC_ENGINE, Engine, Traits, backend_of, configure, engine_names,
                                     engines, resolve_engine, traits_for)
 from phasewise.errors import InputError, nearest_hint
 from phasewise.files import read_toml
@@ -68,6 +68,7 @@ class ParameterDef:
     upper: float  # 0: unbounded; the fit works in ln(value)
     unit: str
     meaning: str
+    by_backend: bool = False  # an engine constant fitted per compute backend, not per class
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def parameter_defs() -> dict[str, ParameterDef]:
     return {name: ParameterDef(name, str(d["level"]), float(d["prior"]), float(d["spread"]),
                                bool(d.get("by_class", False)), bool(d.get("global_only", False)),
                                float(d.get("upper", 0.0)), str(d.get("unit", "")),
-                               str(d.get("meaning", "")))
+                               str(d.get("meaning", "")), bool(d.get("by_backend", False)))
             for name, d in doc.items()}
 
 
@@ -103,7 +104,8 @@ def level_keys(hardware: HardwareSpec, engine: Engine, parameter: ParameterDef) 
         keys = []
     else:
         name = engine.fitted_name
-        keys = ([f"engine:{name}/class:{cls}"] if parameter.by_class else []) + \
+        keys = ([f"engine:{name}/backend:{backend_of(hardware)}"] if parameter.by_backend
+                else [f"engine:{name}/class:{cls}"] if parameter.by_class else []) + \
             [f"engine:{name}"]
     return keys + ["global"]
 
@@ -161,7 +163,7 @@ def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
 
     def take(key: str, table: dict[str, Any]) -> None:
         for name, entry in table.items():
-            if isinstance(entry, dict) and name == "class":
+            if isinstance(entry, dict) and name in ("class", "backend"):
                 continue
             if name not in known:
                 raise InputError(f"{origin}: [{key}] has unknown constant '{name}'."
@@ -182,6 +184,8 @@ def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
         take(f"engine:{name}", table)
         for cls, sub in table.get("class", {}).items():
             take(f"engine:{name}/class:{cls}", sub)
+        for backend, sub in table.get("backend", {}).items():
+            take(f"engine:{name}/backend:{backend}", sub)
     return Profile(name=str(doc.get("fit", {}).get("name", Path(origin).stem)), values=values,
                    records=records, fit=dict(doc.get("fit", {})))
 
@@ -225,8 +229,9 @@ def _section(key: str) -> str:
     if key == "global":
         return "global"
     if key.startswith("engine:"):
-        engine, _, cls = key.removeprefix("engine:").partition("/class:")
-        return f'engine."{engine}"' + (f".class.{cls}" if cls else "")
+        engine, _, rest = key.removeprefix("engine:").partition("/")
+        kind, _, name = rest.partition(":")
+        return f'engine."{engine}"' + (f".{kind}.{name}" if rest else "")
     kind, _, name = key.partition(":")
     return f'{kind}."{name}"'
 

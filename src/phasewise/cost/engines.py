@@ -34,7 +34,7 @@ ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_abo
                  "attention_score_bytes", "allreduce_rounds", "moe_tile_tokens",
                  "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens",
                  "matvec_tokens_per_pass", "moe_matvec_below_tokens", "matvec_max_tokens",
-                 "mxfp4_fp4_mma", "matvec_unpack_share")
+                 "mxfp4_fp4_mma", "matvec_unpack_share", "matvec_integer")
 BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
 _META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
          "before_build")
@@ -90,6 +90,10 @@ class Traits:
     ``matvec_unpack_share``: the share of a matrix-vector kernel's ALU work on a quantized
     weight that unpacks it, done once per pass and shared by the pass's tokens (0: all of
     it is repeated for each token).
+    ``matvec_alu_rate``: the rate of the engine's matrix-vector kernels' ALU work over the
+    device's fp32 vector figure: the device's integer share (devices.toml
+    [integer_vector_share]) where the kernels unpack and multiply in 32-bit integer
+    instructions (engines.toml ``matvec_integer``), 1 where they multiply in float.
     """
 
     prefill_ubatch_tokens: int = 0
@@ -106,6 +110,7 @@ class Traits:
     matvec_max_tokens: int = 0
     mxfp4_fp4_mma: bool = False
     matvec_unpack_share: float = 0.0
+    matvec_alu_rate: float = 1.0
 
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -321,6 +326,13 @@ def has_fp4_block_mma(hardware: HardwareSpec) -> bool:
     return hardware.name in _device_facts().get("fp4_block_mma", {}).get("devices", ())
 
 
+def integer_vector_share(hardware: HardwareSpec) -> float:
+    """The device's 32-bit integer vector rate over its sheet's fp32 vector figure
+    (devices.toml [integer_vector_share]; 1 where the two are equal)."""
+    table = _device_facts().get("integer_vector_share", {})
+    return 0.5 if hardware.name in table.get("half", ()) else 1.0
+
+
 @lru_cache(maxsize=256)
 def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
     """The engine's documented behaviour on ``hardware``'s backend."""
@@ -340,4 +352,6 @@ def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
         moe_matvec_below_tokens=int(values.get("moe_matvec_below_tokens", 0)),
         matvec_max_tokens=int(values.get("matvec_max_tokens", 0)),
         mxfp4_fp4_mma=bool(values.get("mxfp4_fp4_mma")) and has_fp4_block_mma(hardware),
-        matvec_unpack_share=float(values.get("matvec_unpack_share", 0.0)))
+        matvec_unpack_share=float(values.get("matvec_unpack_share", 0.0)),
+        matvec_alu_rate=integer_vector_share(hardware) if values.get("matvec_integer")
+        else 1.0)
