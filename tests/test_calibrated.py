@@ -7,12 +7,14 @@ import tomllib
 import pytest
 
 from phasewise import estimate
-from phasewise.catalog import load_hardware, load_model
+from phasewise.catalog import hardware_names, load_hardware, load_model
 from phasewise.cost.calibrated import (Calibrated, op_features, priced_parts, split_prefill)
 from phasewise.cost.calibration import (Constants, Profile, configure, constants_for,
-                                        load_profile, parameter_defs, profile_from_document,
-                                        profile_to_toml, resolve_engine, traits_for)
-from phasewise.cost.fit import Observation, fit_profile
+                                        level_keys, load_profile, parameter_defs,
+                                        profile_from_document, profile_to_toml, resolve_engine,
+                                        traits_for)
+from phasewise.cost.engines import DEVICES_PATH
+from phasewise.cost.fit import Observation, _Problem, fit_profile
 from phasewise.cost.registry import cost_model_for
 from phasewise.errors import InputError
 from phasewise.ledger import Op, Step, build_ledger
@@ -729,6 +731,54 @@ def test_the_matrix_vector_count_is_fitted_per_compute_backend():
     assert constants_for(profile, rtx, llama).kernel_overhead_s == 7e-6  # others stay by class
     again = profile_from_document(tomllib.loads(profile_to_toml(profile)), "x")
     assert again.values == profile.values
+
+
+def test_a_device_s_streaming_rate_falls_back_to_its_architecture_then_its_class():
+    """bandwidth_fraction has a level per architecture (devices.toml [architecture]) between
+    the device and its class: an RTX 4070 Ti with no value of its own takes Ada's (informed
+    by its siblings), an RTX 3090 with none for Ampere GA10x its class's; the matmul
+    fraction has no such level, and Apple parts are not grouped."""
+    defs = parameter_defs()
+    llama = resolve_engine("llama.cpp")
+    rtx, ampere, m2 = (load_hardware(n) for n in ("rtx-4070-ti", "rtx-3090", "m2-ultra"))
+    assert level_keys(rtx, llama, defs["bandwidth_fraction"]) == [
+        "device:rtx-4070-ti", "arch:nvidia-ada", "class:consumer_gpu", "global"]
+    assert level_keys(rtx, llama, defs["gemm_fraction"]) == [
+        "device:rtx-4070-ti", "class:consumer_gpu", "global"]
+    assert level_keys(m2, llama, defs["bandwidth_fraction"]) == [
+        "device:m2-ultra", "class:apple_gpu", "global"]
+    profile = Profile("t", values={"class:consumer_gpu": {"bandwidth_fraction": 0.8},
+                                   "arch:nvidia-ada": {"bandwidth_fraction": 0.9},
+                                   "device:rtx-4090": {"bandwidth_fraction": 0.95}})
+    assert constants_for(profile, rtx, llama).bandwidth_fraction == 0.9
+    assert constants_for(profile, ampere, llama).bandwidth_fraction == 0.8
+    assert constants_for(profile, load_hardware("rtx-4090"), llama).bandwidth_fraction == 0.95
+    again = profile_from_document(tomllib.loads(profile_to_toml(profile)), "x")
+    assert again.values == profile.values
+    # every listed device is in the catalog, in one architecture only
+    table = tomllib.loads(DEVICES_PATH.read_text())["architecture"]
+    listed = [d for name, devices in table.items() if name != "source" for d in devices]
+    assert len(listed) == len(set(listed)) and set(listed) <= set(hardware_names())
+
+
+def test_grouping_by_architecture_keeps_a_device_s_prior_about_its_class():
+    """A grouped device's offset and its architecture's each get spread / sqrt(2), so their
+    sum varies about the class as an ungrouped device's offset does (variance 1.0^2 for
+    bandwidth_fraction: 0.5 + 0.5); the class and an ungrouped device keep the spread."""
+    defs = parameter_defs()
+    spread = defs["bandwidth_fraction"].spread
+    observations = [Observation(f"stream-{n}", "s", load_hardware(n), None, 1.0 / 8e11,
+                                ceiling="memory_bw")
+                    for n in ("rtx-4090", "ryzen-ai-max-395")]
+    problem = _Problem(observations)
+    by_key = {key: problem.spread[j] for j, (name, key) in enumerate(problem.slots)
+              if name == "bandwidth_fraction"}
+    assert by_key["device:rtx-4090"] == pytest.approx(spread / math.sqrt(2))
+    assert by_key["arch:nvidia-ada"] == pytest.approx(spread / math.sqrt(2))
+    assert by_key["device:rtx-4090"] ** 2 + by_key["arch:nvidia-ada"] ** 2 == \
+        pytest.approx(spread ** 2)
+    assert by_key["class:consumer_gpu"] == pytest.approx(spread)
+    assert by_key["device:ryzen-ai-max-395"] == pytest.approx(spread)
 
 
 def test_metal_small_batches_share_a_pass_s_unpacking_among_its_tokens():

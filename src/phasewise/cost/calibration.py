@@ -16,8 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from phasewise.cost.engines import (GENERIC_ENGINE, Engine, Traits, backend_of, configure, engine_names,
-                                    engines, resolve_engine, traits_for)
+from phasewise.cost.engines import (GENERIC_ENGINE, Engine, Traits, architecture_of, backend_of,
+                                    configure, engine_names, engines, resolve_engine,
+                                    traits_for)
 from phasewise.errors import InputError, nearest_hint
 from phasewise.files import read_toml
 from phasewise.specs import HardwareSpec
@@ -69,6 +70,7 @@ class ParameterDef:
     unit: str
     meaning: str
     by_backend: bool = False  # an engine constant fitted per compute backend, not per class
+    by_arch: bool = False  # a device constant with a level per architecture under the class
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,8 @@ def parameter_defs() -> dict[str, ParameterDef]:
     return {name: ParameterDef(name, str(d["level"]), float(d["prior"]), float(d["spread"]),
                                bool(d.get("by_class", False)), bool(d.get("global_only", False)),
                                float(d.get("upper", 0.0)), str(d.get("unit", "")),
-                               str(d.get("meaning", "")), bool(d.get("by_backend", False)))
+                               str(d.get("meaning", "")), bool(d.get("by_backend", False)),
+                               bool(d.get("by_arch", False)))
             for name, d in doc.items()}
 
 
@@ -99,7 +102,9 @@ def level_keys(hardware: HardwareSpec, engine: Engine, parameter: ParameterDef) 
     """Level keys from most to least specific for one constant of one device and engine."""
     cls = hardware.device_class
     if parameter.level == "device":
-        keys = [] if parameter.global_only else [f"device:{hardware.name}", f"class:{cls}"]
+        arch = architecture_of(hardware) if parameter.by_arch else ""
+        keys = [] if parameter.global_only else (
+            [f"device:{hardware.name}"] + ([f"arch:{arch}"] if arch else []) + [f"class:{cls}"])
     elif engine.fitted_name == GENERIC_ENGINE:
         keys = []
     else:
@@ -155,7 +160,7 @@ def prior_profile() -> Profile:
 
 
 def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
-    """Read the nested TOML layout ([global], [class.X], [device.X], [engine.X],
+    """Read the nested TOML layout ([global], [class.X], [arch.X], [device.X], [engine.X],
     [engine.X.class.Y]) into level keys, checking each constant name."""
     known = parameter_defs()
     values: dict[str, dict[str, float]] = {}
@@ -177,7 +182,7 @@ def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
             records.setdefault(key, {})[name] = record
 
     take("global", doc.get("global", {}))
-    for section, prefix in (("class", "class:"), ("device", "device:")):
+    for section, prefix in (("class", "class:"), ("arch", "arch:"), ("device", "device:")):
         for name, table in doc.get(section, {}).items():
             take(prefix + name, table)
     for name, table in doc.get("engine", {}).items():
@@ -221,7 +226,7 @@ def profile_to_toml(profile: Profile) -> str:
 
 
 def _level_order(key: str) -> tuple[int, str]:
-    order = ("global", "class:", "device:", "engine:")
+    order = ("global", "class:", "arch:", "device:", "engine:")
     return next(i for i, p in enumerate(order) if key.startswith(p)), key
 
 

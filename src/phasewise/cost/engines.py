@@ -320,6 +320,14 @@ def fp16_accumulate_speedup(hardware: HardwareSpec) -> float:
     return 1.0
 
 
+def architecture_of(hardware: HardwareSpec) -> str:
+    """The device's architecture (devices.toml [architecture]; "" where not listed)."""
+    for name, devices in _device_facts().get("architecture", {}).items():
+        if name != "source" and hardware.name in devices:
+            return str(name)
+    return ""
+
+
 def has_fp4_block_mma(hardware: HardwareSpec) -> bool:
     """Whether the device has block-scaled FP4 matrix instructions an engine's MXFP4
     kernels use (devices.toml [fp4_block_mma])."""

@@ -48,6 +48,9 @@ CEILING_SIGMA = 0.03
 HUBER_THRESHOLD = 3.0
 # How far the global value may move from the prior (ln units): loose, the data decide.
 GLOBAL_SPREAD = 1.5
+# A device's offset and its architecture's split the device's prior variance about its
+# class in two, so that grouping devices by architecture does not loosen their prior.
+ARCH_SPLIT = 1.0 / math.sqrt(2.0)
 FINITE_STEP = 1e-5
 MAX_ITERATIONS = 100
 # Stop when an iteration lowers the objective by less than this share of it.
@@ -149,6 +152,7 @@ class _Problem:
         to ln constants per context."""
         slots: dict[tuple[str, str], int] = {}
         chains: dict[tuple[int, int], list[int]] = {}
+        split: dict[int, float] = {}  # slots whose spread is shared with a sibling level
         self.slot_chain: dict[int, list[int]] = {}  # a level and the levels above it
         for ctx, (hardware, engine) in enumerate(self.context_specs):
             for p, name in enumerate(self.params):
@@ -156,6 +160,12 @@ class _Problem:
                 if name not in touched.get(ctx, set()):
                     keys = ["global"]
                 chain = [slots.setdefault((name, key), len(slots)) for key in keys]
+                if any(key.startswith("arch:") for key in keys):
+                    # a device and its architecture share the device's prior variance
+                    # about its class: each offset gets spread / sqrt(2)
+                    for key, j in zip(keys, chain):
+                        if key.startswith(("arch:", "device:")):
+                            split[j] = ARCH_SPLIT
                 chains[(ctx, p)] = chain
                 for depth, j in enumerate(chain):
                     self.slot_chain.setdefault(j, chain[:depth + 1])
@@ -167,8 +177,9 @@ class _Problem:
         self.upper = np.tile([self.defs[n].upper for n in self.params], n_ctx)
         self.log_prior = np.tile([_link(self.defs[n].prior, self.defs[n].upper)
                                   for n in self.params], n_ctx)
-        self.spread = np.array([GLOBAL_SPREAD if key == "global" else self.defs[name].spread
-                                for name, key in self.slots])
+        self.spread = np.array([GLOBAL_SPREAD if key == "global" else
+                                self.defs[name].spread * split.get(j, 1.0)
+                                for j, (name, key) in enumerate(self.slots)])
         # rows each δ reaches, so a finite difference re-prices only those
         slot_ctx = [np.nonzero(self.chain[:, j].reshape(n_ctx, n_param).any(axis=1))[0]
                     for j in range(len(slots))]
