@@ -480,6 +480,11 @@ def test_a_device_no_measurement_mentions_gets_its_class_values():
     unseen = load_hardware("h200-sxm")  # datacenter_gpu, in no observation
     assert "device:h200-sxm" not in profile.values
     got = Calibrated.for_device(unseen, engine="vllm", calibration=profile).constants
+    assert got.gemm_fraction == profile.values["class:datacenter_gpu"]["gemm_fraction"]
+    # its streaming rate: Hopper's, which the H100's rows inform
+    assert got.bandwidth_fraction == profile.values["arch:nvidia-hopper"]["bandwidth_fraction"]
+    lone = load_hardware("gh200")  # no architecture group (LPDDR5X beside the GPU): the class
+    got = Calibrated.for_device(lone, engine="vllm", calibration=profile).constants
     assert got.bandwidth_fraction == profile.values["class:datacenter_gpu"]["bandwidth_fraction"]
     apple = load_hardware("m2-ultra")  # a class with no observation: the global values
     got = Calibrated.for_device(apple, engine="vllm", calibration=profile).constants

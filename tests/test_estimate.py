@@ -105,10 +105,12 @@ def test_detail_lists_each_calibrated_constant_with_the_level_it_came_from(phase
     assert all(used[n].value == getattr(resolved, n) for n in used)
     assert used["gemm_fraction"].level == "device:rtx-4090"  # its own matmul ceilings
     assert used["kernel_overhead_s"].level.startswith("engine:llama.cpp")
-    # No bundled measurement names an RTX A4000: it takes its class's fitted values.
+    # No bundled measurement names an RTX A4000: it takes its class's fitted matmul rate,
+    # and its architecture's streaming rate (Ampere GA10x, as the RTX 3090 and A6000).
     bare = estimate("llama-3-8b", "rtx-a4000", detail=True, engine="vllm")
     levels = {c.name: c.level for c in bare.constants}
-    assert levels["gemm_fraction"] == levels["bandwidth_fraction"] == "class:workstation_gpu"
+    assert levels["gemm_fraction"] == "class:workstation_gpu"
+    assert levels["bandwidth_fraction"] == "arch:nvidia-ampere-ga10x"
     assert estimate("llama-3-8b", "rtx-4090", engine="llama.cpp").constants is None
     text = phasewise_cli("estimate", "-m", "llama-3-8b", "-H", "rtx-a4000", "--engine", "vllm",
                          "--detail").stdout
