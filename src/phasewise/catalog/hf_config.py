@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
+from phasewise.catalog import hf_layers
+from phasewise.catalog.hf_layers import Config
+from phasewise.catalog.hf_quant import checkpoint_formats
 from phasewise.errors import InputError
 from phasewise.specs import ModelSpec
+from phasewise.specs.model import Attention, DenseMLP, Layer, MoE, uniform_layers
 
 # Model types whose MLP is a plain up/activation/down (no gate projection).
 UNGATED_MLP_TYPES = {"bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "opt", "gpt_bigcode",
@@ -14,7 +20,37 @@ UNGATED_MLP_TYPES = {"bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "opt"
 TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "bloom", "gpt2", "qwen2",
                    "smollm3", "phi"}
 UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
-                     "deepseek_v2", "deepseek_v3", "phi3", "gpt_oss", "falcon"}
+                     "deepseek_v2", "deepseek_v3", "deepseek_v32", "phi3", "gpt_oss", "falcon",
+                     "nemotron_h", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
+                     "qwen3_5_moe_text", "llama4", "llama4_text", "glm4_moe", "minimax_m2",
+                     "kimi_k2", "kimi_linear", "nemotron-nas", "deci", "mimo_v2_flash",
+                     "bailing_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1", "step3_text"}
+# Keys that change the arithmetic and that no reader here handles: named in a warning.
+ARITHMETIC_KEY = re.compile(r"layer|expert|moe|window|chunk|lora|ssm|mamba|linear|mtp|nextn|"
+                            r"index|latent|head_dim|heads|kv_|sparse|attn|pattern|block|ffn")
+# Keys that match that pattern but change neither FLOPs nor bytes.
+HARMLESS_KEYS = {
+    "attention_dropout", "attention_bias", "mlp_bias", "layer_norm_eps", "layer_norm_epsilon",
+    "layernorm_epsilon", "router_aux_loss_coef", "output_router_logits", "norm_topk_prob",
+    "routed_scaling_factor", "topk_method", "scoring_func", "n_group", "topk_group", "ep_size",
+    "aux_loss_alpha", "seq_aux", "moe_router_dtype", "router_jitter_noise",
+    "attn_logit_softcapping", "final_logit_softcapping", "use_qk_norm", "qk_layernorm",
+    "attention_multiplier", "residual_multiplier", "attn_temperature_tuning", "attn_scale",
+    "floor_scale", "mamba_hidden_act", "mamba_proj_bias", "mamba_conv_bias", "mamba_chunk_size",
+    "chunk_size", "use_mamba_kernels", "ssm_state_dtype", "mamba_ssm_cache_dtype", "router_bias",
+    "moe_aux_loss_coeff", "router_temperature", "expert_bias", "swiglu_limit",
+    "moe_capacity_factor", "linear_bias", "ffn_bias", "attn_implementation",
+    "_attn_implementation", "moe_router_enable_expert_bias", "e_score_correction_bias",
+    "rope_interleave", "partial_rotary_factor", "use_shared_expert_gate", "expert_router_dtype",
+    "layer_norm_type", "num_experts_per_group", "mlp_layer_types", "attn_layer_indices_note",
+    "use_sliding_window", "max_window_layers", "moe_router_topk", "time_step_limit",
+    "time_step_min", "time_step_max", "time_step_floor", "rescale_prenorm_residual",
+    "residual_in_fp32", "head_dim_original", "attention_window_size", "query_pre_attn_scalar",
+    "sliding_window_size", "qk_head_dim", "indexer_rope_interleave", "mtp_transformer_layers",
+    "pruned_heads", "ignore_index", "use_unified_vision_chunk", "num_kv_shared_layers",
+    "hidden_size_per_layer_input", "use_double_wide_mlp",
+}
+TOKEN_KEY = re.compile(r"token_(index|id)s?$|_token$")
 
 # transformers' config-class defaults for keys a published config.json may omit because
 # they equal the default (Gemma-3's text_config leaves out vocab, heads and window).
@@ -42,10 +78,9 @@ _KEYS = {
 
 
 def _first(cfg: dict[str, Any], field: str, default: Any = None) -> Any:
-    for key in _KEYS[field]:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    return default
+    """The first of a field's key variants the config sets (all of them count as read)."""
+    values = [cfg.get(key) for key in _KEYS[field]]
+    return next((v for v in values if v is not None), default)
 
 
 def flatten_text_config(raw: dict[str, Any]) -> dict[str, Any]:
@@ -64,14 +99,16 @@ def with_class_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**defaults, **cfg} if defaults else cfg
 
 
-def model_from_config(raw: dict[str, Any], name: str) -> ModelSpec:
-    """Normalise a published config.json into a ``ModelSpec``."""
+def model_from_config(raw: dict[str, Any], name: str, *, sidecar: Any = None) -> ModelSpec:
+    """Normalise a published config.json (and a ModelOpt ``hf_quant_config.json`` beside it,
+    ``sidecar``) into a per-layer ``ModelSpec``."""
     if not isinstance(raw, dict):
         raise InputError(f"{name}: config.json must be a JSON object.")
-    cfg = with_class_defaults(flatten_text_config(raw))
+    cfg = Config(with_class_defaults(flatten_text_config(raw)))
     model_type = str(cfg.get("model_type", ""))
+    notes: list[str] = []
     hidden = _first(cfg, "hidden_size")
-    layers = _first(cfg, "num_layers")
+    layers = _first(cfg, "num_layers") or _pattern_length(cfg)
     heads = _first(cfg, "num_heads")
     vocab = _first(cfg, "vocab_size")
     missing = [f for f, v in (("hidden_size", hidden), ("num_hidden_layers", layers),
@@ -79,22 +116,38 @@ def model_from_config(raw: dict[str, Any], name: str) -> ModelSpec:
     if missing:
         raise InputError(f"{name}: config.json lacks {', '.join(missing)}; a decoder config "
                          "needs them (is this the model's config.json?).")
+    for key, value in (("hidden_size", hidden), ("num_hidden_layers", layers),
+                       ("num_attention_heads", heads), ("vocab_size", vocab)):
+        _check_whole(name, key, value)
     kv_heads = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads")
     if model_type == "falcon" and cfg.get("multi_query") \
             and not cfg.get("new_decoder_architecture"):
         kv_heads = 1  # transformers' FalconAttention ignores num_kv_heads here (Falcon-7B)
     if kv_heads is None:
         kv_heads = 1 if cfg.get("multi_query") else heads
-    head_dim = cfg.get("head_dim") or hidden // heads
-    intermediate = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner") \
-        or 4 * hidden
-    return ModelSpec(
+        if model_type not in KNOWN_MHA_TYPES:
+            notes.append(f"config.json gives no num_key_value_heads: read as {heads} (one KV "
+                         "head per attention head, multi-head attention).")
+    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or int(hidden) // int(heads)
+    intermediate = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner")
+    if intermediate is None:
+        intermediate = 4 * int(hidden)
+        every_moe = _first(cfg, "num_experts") and not any(
+            cfg.get(k) for k in ("first_k_dense_replace", "mlp_only_layers", "moe_layer_freq",
+                                 "decoder_sparse_step", "interleave_moe_layer_step"))
+        if model_type not in FOUR_X_MLP_TYPES and not cfg.get("block_configs") and not every_moe:
+            notes.append(f"config.json gives no intermediate_size: read as 4 × hidden = "
+                         f"{intermediate}.")
+    for key, value in (("num_key_value_heads", kv_heads), ("head_dim", head_dim),
+                       ("intermediate_size", intermediate)):
+        _check_whole(name, key, value)
+    uniform = dict(
         name=name,
         hidden_size=int(hidden), num_layers=int(layers), num_heads=int(heads),
         num_kv_heads=int(kv_heads), head_dim=int(head_dim), intermediate_size=int(intermediate),
         vocab_size=int(vocab),
-        tie_word_embeddings=_tied(cfg, model_type),
-        gated_mlp=model_type not in UNGATED_MLP_TYPES,
+        tie_word_embeddings=_tied(cfg, model_type, notes),
+        gated_mlp=model_type not in UNGATED_MLP_TYPES and hf_layers.gated(cfg, model_type),
         max_context=int(_first(cfg, "max_context", 4096)),
         model_type=model_type,
         **_rope_and_norm(cfg),
@@ -102,13 +155,130 @@ def model_from_config(raw: dict[str, Any], name: str) -> ModelSpec:
         **_moe_fields(cfg, int(layers)),
         **_mla_fields(cfg),
     )
+    cfg.num_layers = int(layers)
+    if not cfg.get("hidden_size_per_layer_input"):  # no per-layer embeddings (Gemma-3n has them)
+        cfg.read.add("vocab_size_per_layer_input")
+    layer_specs = _per_layer(cfg, name, uniform)
+    if layer_specs and len(layer_specs) != int(layers):
+        raise InputError(f"{name}: the config describes {len(layer_specs)} layers but "
+                         f"num_hidden_layers is {layers}.")
+    probe = ModelSpec(**uniform, layer_specs=layer_specs)
+    quant, quant_notes = checkpoint_formats(raw.get("quantization_config")
+                                            or cfg.get("quantization_config"), sidecar,
+                                            moe=probe.is_moe, num_layers=int(layers))
+    notes += quant_notes
+    mtp = _mtp_layers(cfg, probe)
+    notes += _unread_keys(cfg)
+    return ModelSpec(**uniform, layer_specs=layer_specs, mtp_layers=mtp,
+                     vision_params=_vision_params(raw), checkpoint=quant, notes=tuple(notes))
 
 
-def _tied(cfg: dict[str, Any], model_type: str) -> bool:
+# Model types whose configs leave out num_key_value_heads because every head has its own
+# K and V, and whose MLP is 4 × hidden when intermediate_size is absent (transformers'
+# config-class defaults).
+KNOWN_MHA_TYPES = {"llama", "gpt2", "gpt_neox", "gptj", "opt", "bloom", "phi", "mpt", "falcon",
+                   "gpt_bigcode", "starcoder2", "bert", "mistral", "qwen", "baichuan", "internlm",
+                   "deci", "nemotron-nas", "stablelm", "olmo"}
+FOUR_X_MLP_TYPES = {"gpt2", "gpt_bigcode", "gptj", "bloom", "falcon", "mpt", "opt"}
+
+
+def _check_whole(name: str, key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or value != int(value) or value <= 0:
+        raise InputError(f"{name}: config.json's {key} must be a positive whole number, got "
+                         f"{value!r}; fix the file.")
+
+
+def _pattern_length(cfg: Config) -> int | None:
+    for key in ("hybrid_override_pattern", "layers_block_type", "block_configs"):
+        value = cfg.get(key)
+        if isinstance(value, str | list) and value:
+            return len(value)
+    return None
+
+
+def _per_layer(cfg: Config, name: str, uniform: dict[str, Any]) -> tuple[Layer, ...]:
+    """Explicit layers where the uniform fields cannot describe the model; () otherwise."""
+    sparse = uniform.get("moe_layers") or ()
+    if uniform.get("num_experts") and not sparse:
+        sparse = (True,) * uniform["num_layers"]
+    gated = uniform["gated_mlp"]
+    for reader in (lambda: hf_layers.nemotron_h_layers(cfg, name),
+                   lambda: hf_layers.nas_layers(cfg, name),
+                   lambda: hf_layers.qwen3_next_layers(cfg, name, sparse),
+                   lambda: hf_layers.kimi_linear_layers(cfg, name, sparse),
+                   lambda: hf_layers.llama4_layers(cfg, name),
+                   lambda: hf_layers.swa_geometry_layers(cfg, name, sparse, gated)):
+        layers = reader()
+        if layers is not None:
+            return layers
+    if cfg.get("index_topk") or cfg.get("moe_latent_size"):
+        base = uniform_layers(ModelSpec(**uniform))
+        mixer = hf_layers.softmax_mixer(cfg, name)
+        return tuple(Layer(mixer if not isinstance(layer.mixer, Attention) else layer.mixer,
+                           hf_layers.moe(cfg, name, is_gated=gated)
+                           if isinstance(layer.mlp, MoE) else layer.mlp) for layer in base)
+    return ()
+
+
+def _mtp_layers(cfg: Config, model: ModelSpec) -> tuple[Layer, ...]:
+    """Multi-token-prediction layers (``num_nextn_predict_layers``, ``mtp_num_hidden_layers``):
+    each a decoder layer like the model's last full-attention layer."""
+    count = cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") \
+        or (cfg.get("num_mtp_modules") if cfg.get("use_mtp") else 0) or 0
+    if not count:
+        return ()
+    softmax = [layer for layer in model.layers if layer.mixer is not None
+               and not model_is_recurrent(layer)]
+    like = (softmax or list(model.layers))[-1]
+    if like.mlp is None:  # Nemotron's single-purpose blocks: an MTP block has attention and MLP
+        mlp = next((layer.mlp for layer in reversed(model.layers) if layer.mlp is not None), None)
+        like = Layer(like.mixer, mlp)
+    return (like,) * int(count)
+
+
+def model_is_recurrent(layer: Layer) -> bool:
+    return layer.mixer is not None and layer.mixer.label in ("mamba2", "gated_deltanet", "kda")
+
+
+def _vision_params(raw: dict[str, Any]) -> float:
+    """A vision tower's parameters from ``vision_config``: per block the attention (4·d²)
+    and the MLP (2·d·width, 3· for a gated one), plus the patch embedding; the projector
+    into the language model is left out."""
+    vision = raw.get("vision_config")
+    if not isinstance(vision, dict):
+        return 0.0
+    d = vision.get("hidden_size") or vision.get("embed_dim") or vision.get("width")
+    depth = vision.get("num_hidden_layers") or vision.get("depth") or vision.get("layers")
+    if not isinstance(d, int) or not isinstance(depth, int) or d <= 0 or depth <= 0:
+        return 0.0
+    width = vision.get("intermediate_size") or vision.get("mlp_dim") or 4 * d
+    mats = 3 if str(vision.get("hidden_act", "")).startswith(("silu", "swiglu")) else 2
+    patch = int(vision.get("patch_size") or 14)
+    channels = int(vision.get("num_channels") or vision.get("in_channels") or 3)
+    temporal = int(vision.get("temporal_patch_size") or 1)
+    return float(depth * (4 * d * d + mats * d * int(width)) + patch * patch * channels * temporal * d)
+
+
+def _unread_keys(cfg: Config) -> list[str]:
+    """Keys that look as if they change the arithmetic and that no reader looked at."""
+    unread = sorted(k for k, v in cfg.items() if k not in cfg.read and k not in HARMLESS_KEYS
+                    and ARITHMETIC_KEY.search(k) and not TOKEN_KEY.search(k)
+                    and v not in (None, False, 0, [], ""))
+    if not unread:
+        return []
+    return [f"config.json keys phasewise does not read and that may change the arithmetic: "
+            f"{', '.join(unread[:8])}{' …' if len(unread) > 8 else ''}."]
+
+def _tied(cfg: dict[str, Any], model_type: str, notes: list[str]) -> bool:
     if "tie_word_embeddings" in cfg:
         return bool(cfg["tie_word_embeddings"])
     if model_type in UNTIED_BY_DEFAULT:
         return False
+    if model_type not in TIED_BY_DEFAULT:
+        notes.append(f"config.json does not say whether embeddings are tied and model type "
+                     f"{model_type or '(none)'!r} is not one phasewise knows: read as tied "
+                     "(transformers' default), so the LM head adds no weights.")
     return True  # transformers' PretrainedConfig default, and TIED_BY_DEFAULT's
 
 
@@ -164,13 +334,18 @@ def _moe_fields(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
     if not shared_width and cfg.get("n_shared_experts"):
         shared_width = int(cfg["n_shared_experts"]) * int(width)
     first_dense = int(cfg.get("first_k_dense_replace") or 0)
-    freq = int(cfg.get("moe_layer_freq") or 1)
+    freq = cfg.get("moe_layer_freq") or 1
     step = int(cfg.get("decoder_sparse_step") or 1)
     dense_only = set(cfg.get("mlp_only_layers") or ())
-    sparse = tuple(
-        i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in dense_only
-        for i in range(layers)
-    )
+    if isinstance(freq, list):  # one flag per layer (MiMo-V2-Flash, MiniMax)
+        if len(freq) != layers:
+            raise InputError(f"moe_layer_freq lists {len(freq)} layers but the model has "
+                             f"{layers}; fix the config.json.")
+        sparse = tuple(bool(f) and i not in dense_only for i, f in enumerate(freq))
+    else:
+        sparse = tuple(
+            i >= first_dense and i % int(freq) == 0 and (i + 1) % step == 0
+            and i not in dense_only for i in range(layers))
     return {"num_experts": int(experts), "experts_per_token": int(top_k),
             "moe_intermediate_size": int(width), "shared_expert_intermediate_size": int(shared_width),
             "moe_layers": sparse}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from phasewise.catalog._names import normalise
+from phasewise.catalog.gguf_meta import config_from_gguf
 from phasewise.catalog.hf_config import model_from_config
 from phasewise.errors import InputError, nearest_hint
 from phasewise.specs import ModelSpec
@@ -110,4 +111,15 @@ def resolve_model_path(ref: str) -> tuple[Path, str]:
 def load_model(ref: str) -> ModelSpec:
     """A ModelSpec from a catalog name, a config.json path or folder, or a cached HF repo id."""
     path, name = resolve_model_path(ref)
-    return model_from_config(read_config(path), name)
+    if path.suffix.lower() == ".gguf":
+        config, formats = config_from_gguf(path)
+        return model_from_config({**config, "quantization_config": formats}, name)
+    return model_from_config(read_config(path), name, sidecar=_quant_sidecar(path))
+
+
+def _quant_sidecar(config: Path) -> dict[str, Any] | None:
+    """ModelOpt's hf_quant_config.json beside a checkpoint's config.json (in the catalog,
+    ``<name>.hf_quant_config.json``)."""
+    beside = (config.parent / "hf_quant_config.json" if config.name == "config.json"
+              else config.with_name(f"{config.stem}.hf_quant_config.json"))
+    return read_config(beside) if beside.is_file() else None

@@ -68,9 +68,11 @@ def console() -> Any:
 
 # Options several verbs share, declared once so their names, defaults and help agree.
 def weight_dtype_option() -> Any:
-    return typer.Option("bf16", "--weight-dtype",
-                        help="Weight format: bf16, fp16, fp8, int8, int4, fp4 or a GGUF type "
-                             "(Q4_K_M…, MXFP4_MOE); `phasewise catalog formats` lists them.")
+    return typer.Option("auto", "--weight-dtype",
+                        help="Weight format: auto (the checkpoint's own quantization_config, per "
+                             "module class; bf16 when it declares none), bf16, fp16, fp8, int8, "
+                             "int4, fp4, nvfp4 or a GGUF type (Q4_K_M…, MXFP4_MOE); "
+                             "`phasewise catalog formats` lists them.")
 
 
 def act_dtype_option() -> Any:
@@ -78,7 +80,8 @@ def act_dtype_option() -> Any:
 
 
 def kv_dtype_option() -> Any:
-    return typer.Option("bf16", "--kv-dtype", help="KV-cache format.")
+    return typer.Option("auto", "--kv-dtype", help="KV-cache format: auto (the checkpoint's "
+                                                    "declared KV format, else bf16), bf16, fp8…")
 
 
 def kv_keep_option() -> Any:

@@ -53,6 +53,7 @@ def compare(model: ModelSpec | str, workload: Workload = Workload(),
     devices = [load_hardware(h) if isinstance(h, str) else h
                for h in (hardware if hardware is not None else hardware_names())]
     spec = resolve(model, devices[0] if devices else "h100-sxm", cost)[0]
+    precision = precision.for_model(spec)  # 'auto': the checkpoint's formats
     results: list[DeviceResult] = []
     skipped: dict[str, str] = {}
     for device in devices:

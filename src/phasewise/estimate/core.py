@@ -15,6 +15,7 @@ from phasewise.estimate.types import (ConstantRow, Estimate, HardwareSummary, In
 from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_ledger,
                               kv_cache_bytes_per_device, param_counts, weight_bytes_per_device)
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+from phasewise.specs.precision import MODULE_CLASSES
 
 # Share of device memory an engine leaves for the runtime (CUDA context, allocator slack,
 # graphs): vLLM's default gpu_memory_utilization is 0.9. macOS lets the GPU wire about 75%
@@ -49,6 +50,7 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
     choose the calibrated model's constants.
     """
     spec = load_model(model) if isinstance(model, str) else model
+    precision = precision.for_model(spec)  # 'auto': the checkpoint's formats
     device = load_hardware(hardware) if isinstance(hardware, str) else hardware
     cost_model = (cost_model_for(cost, device, engine=engine, calibration=calibration)
                   if isinstance(cost, str) else cost)
@@ -73,10 +75,16 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
                       kv_dtype=precision.kv_cache, tp=parallelism.tp, pp=parallelism.pp,
                       ep=parallelism.ep, cost_model=cost_model.name,
                       kv_keep=precision.kv_keep, engine=getattr(cost_model, "engine", None),
-                      calibration=str(calibration) if calibration else None),
+                      calibration=str(calibration) if calibration else None,
+                      weight_formats={cls: precision.weight_format_for(cls)
+                                      for cls in MODULE_CLASSES},
+                      formats_source=precision.source or "--weight-dtype"),
         model=ModelSummary(name=spec.name, params_total=counts.total, params_active=counts.active,
                            kv_bytes_per_token=counts.kv_bytes_per_token, layers=spec.num_layers,
-                           max_context=spec.max_context),
+                           max_context=spec.max_context,
+                           state_bytes_per_sequence=counts.state_bytes_per_sequence,
+                           params_mtp=counts.mtp, params_vision=counts.vision,
+                           layer_kinds={g.label: g.count for g in spec.layer_groups}),
         hardware=_hardware_summary(device, precision, parallelism),
         prefill=pre, decode=dec,
         ttft_s=pre.time_s, tpot_s=dec.time_s, e2el_s=e2el, tokens_per_s=tokens_per_s,
@@ -89,7 +97,7 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
         cost_energy=cost_energy(device, parallelism.devices, prefill_s=pre.time_s,
                                 input_tokens=b * isl, decode_step_s=dec.time_s,
                                 tokens_per_decode_step=b),
-        warnings=_warnings(spec, workload),
+        warnings=_warnings(spec, workload, precision),
         ops=_op_rows(prefill, decodes[1]) if detail else None,
         constants=_constant_rows(cost_model) if detail else None,
     )
@@ -181,11 +189,13 @@ def memory_report(model: ModelSpec, device: HardwareSpec, workload: Workload,
         max_batch_size=max(0, int(room // kv_per_seq)) if kv_per_seq else 0)
 
 
-def _warnings(model: ModelSpec, workload: Workload) -> list[str]:
+def _warnings(model: ModelSpec, workload: Workload, precision: Precision) -> list[str]:
+    """What the reader could not price, and what the workload asks beyond the model."""
+    warnings = list(model.notes)
     if workload.max_context > model.max_context:
-        return [f"context {workload.max_context:,} tokens exceeds {model.name}'s maximum of "
-                f"{model.max_context:,}; the arithmetic still holds, the model may not."]
-    return []
+        warnings.append(f"context {workload.max_context:,} tokens exceeds {model.name}'s maximum "
+                        f"of {model.max_context:,}; the arithmetic still holds, the model may not.")
+    return warnings
 
 
 def _op_rows(prefill: _Priced, decode: _Priced) -> list[OpRow]:

@@ -129,6 +129,7 @@ def disaggregate(model: ModelSpec | str, workload: Workload, precision: Precisio
         raise InputError("disaggregation needs --osl of at least 2: with one output token "
                          "there is no decode phase to move.")
     spec, pre_dev, pre_cost = resolve(model, prefill_hardware, cost)
+    precision = precision.for_model(spec)  # 'auto': the checkpoint's formats
     _, dec_dev, dec_cost = resolve(spec, decode_hardware, cost)
     the_link = load_link(link) if isinstance(link, str) else link
     pre_par, dec_par = Parallelism(tp=prefill_tp), Parallelism(tp=decode_tp)

@@ -78,6 +78,7 @@ def explain(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | st
             cost: Cost = DEFAULT_COST_MODEL) -> Explanation:
     """Prefill and decode side by side for this configuration, with the turning points."""
     spec, device, cost_model = resolve(model, hardware, cost)
+    precision = precision.for_model(spec)  # 'auto': the checkpoint's formats
     est = estimate(spec, device, workload, precision, parallelism, cost=cost_model)
     context = average_decode_context(workload)
     crossover = decode_compute_bound_batch(spec, device, context, precision, parallelism)

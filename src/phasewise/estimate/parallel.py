@@ -32,6 +32,7 @@ def tp_scaling(model: ModelSpec | str, hardware: HardwareSpec | str,
                ep: int = 1, cost: Cost = DEFAULT_COST_MODEL) -> ParallelScaling:
     """One estimate per TP degree; degrees the model's heads do not allow are skipped."""
     spec, device, cost_model = resolve(model, hardware, cost)
+    precision = precision.for_model(spec)  # 'auto': the checkpoint's formats
     link = link_for(device) if max(tp_degrees) > 1 else None
     runs: list[tuple[int, Estimate]] = []
     skipped: dict[str, str] = {}

@@ -27,6 +27,7 @@ from phasewise.estimate.core import PREFILL_CHUNK_TOKENS, reserve_bytes
 from phasewise.estimate.pricing import (Cost, average_decode_context, decode_average, price_step,
                                         resolve, step_seconds)
 from phasewise.estimate.whatif_types import SpeculativePoint, SpeculativeReport
+from phasewise.ledger.build import check_parallelism
 from phasewise.ledger import (Step, activation_bytes_per_device, kv_cache_bytes_per_device,
                               param_counts, weight_bytes_per_device)
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
@@ -64,7 +65,8 @@ def head_draft(target: ModelSpec, layers_fraction: float) -> ModelSpec:
     return dataclasses.replace(
         target, name=f"{target.name} head ({layers} layer{'s' if layers > 1 else ''})",
         num_layers=layers, layer_types=target.layer_types[:layers],
-        moe_layers=target.moe_layers[:layers])
+        moe_layers=target.moe_layers[:layers], layer_specs=target.layer_specs[:layers],
+        mtp_layers=())
 
 
 def draft_parallelism(draft: ModelSpec, par: Parallelism, head: bool) -> Parallelism:
@@ -72,9 +74,11 @@ def draft_parallelism(draft: ModelSpec, par: Parallelism, head: bool) -> Paralle
     split when its heads allow, and otherwise runs whole on every device."""
     if head:
         return Parallelism(tp=par.tp, ep=par.ep)
-    heads_split = draft.num_heads % par.tp == 0 and (
-        draft.num_kv_heads % par.tp == 0 or par.tp % draft.num_kv_heads == 0)
-    return Parallelism(tp=par.tp) if heads_split else Parallelism()
+    try:
+        check_parallelism(draft, Parallelism(tp=par.tp))
+    except InputError:
+        return Parallelism()
+    return Parallelism(tp=par.tp)
 
 
 def draft_weight_bytes(draft: ModelSpec, precision: Precision, par: Parallelism,
@@ -96,6 +100,7 @@ def speculative(model: ModelSpec | str, hardware: HardwareSpec | str, workload: 
     """TPOT with and without speculation at the workload's batch and across ``batches``."""
     check_speculation(spec_accept, spec_tokens)
     target, device, cost_model = resolve(model, hardware, cost)
+    precision = precision.for_model(target)  # 'auto': the checkpoint's formats
     if (draft is None) == (draft_head_fraction is None):
         raise InputError("speculative decoding needs one draft: --draft MODEL or "
                          "--draft-head FRACTION.")

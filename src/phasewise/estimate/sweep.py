@@ -35,6 +35,7 @@ def batch_sweep(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec 
                 cost: Cost = DEFAULT_COST_MODEL) -> BatchSweep:
     """One estimate per batch size; ISL and OSL stay those of ``workload``."""
     spec, device, cost_model = resolve(model, hardware, cost)
+    precision = precision.for_model(spec)  # 'auto': the checkpoint's formats
     base = estimate(spec, device, workload, precision, parallelism, cost=cost_model)
     crossover = decode_compute_bound_batch(spec, device, average_decode_context(workload),
                                            precision, parallelism)

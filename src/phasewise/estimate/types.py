@@ -29,6 +29,10 @@ class Inputs(_Frozen):
     kv_keep: float = 1.0  # fraction of cached tokens the KV cache keeps
     engine: str | None = None  # the calibrated model's engine profile; None for speed of light
     calibration: str | None = None  # a calibration profile file, when not the bundled one
+    # The weight format per module class and where it came from (the checkpoint's
+    # quantization_config, a flag, or bf16 for a checkpoint that declares none).
+    weight_formats: dict[str, str] | None = None
+    formats_source: str | None = None
 
 
 class ModelSummary(_Frozen):
@@ -38,6 +42,10 @@ class ModelSummary(_Frozen):
     kv_bytes_per_token: float
     layers: int
     max_context: int
+    state_bytes_per_sequence: float = 0.0  # fixed recurrent state (SSM / linear attention)
+    params_mtp: float = 0.0  # multi-token-prediction layers, apart from the total
+    params_vision: float = 0.0  # vision tower, apart from the total
+    layer_kinds: dict[str, int] | None = None  # layer label → count
 
 
 class HardwareSummary(_Frozen):

@@ -82,6 +82,7 @@ def what_if(model: ModelSpec | str, hardware: HardwareSpec | str, workload: Work
             cost: Cost = DEFAULT_COST_MODEL) -> WhatIf:
     """The baseline and each variant, with the variant's effects stated against the baseline."""
     spec, device, cost_model = resolve(model, hardware, cost)
+    precision = precision.for_model(spec)  # 'auto': the checkpoint's formats
     base = estimate(spec, device, workload, precision, parallelism, cost=cost_model)
     results = [_result("baseline", {}, base, None)]
     for changes in variants:

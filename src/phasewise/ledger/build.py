@@ -3,7 +3,8 @@
 Quantities are per device: tensor parallelism shards heads, MLP width and vocabulary;
 expert parallelism shards experts; the collectives they need appear as their own ops.
 Pipeline stages run one after another for a step, so the ledger lists every layer and
-adds the activations sent between stages.
+adds the activations sent between stages. Each layer group is priced with its own mixer
+and MLP (``ledger.layers`` has the per-kind counts).
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from phasewise.errors import InputError
-from phasewise.ledger.attention import cached_keys_read, causal_pairs
+from phasewise.ledger.attention import cached_keys_read, causal_pairs, chunked_keys_read, \
+    chunked_pairs
+from phasewise.ledger.layers import kv_bytes_per_token, state_bytes_per_sequence
 from phasewise.ledger.moe import expected_distinct_experts
 from phasewise.ledger.ops import Ledger, Op
 from phasewise.ledger.step import Step
-from phasewise.specs import LayerGroup, ModelSpec, Parallelism, Precision
+from phasewise.specs import ModelSpec, Parallelism, Precision
+from phasewise.specs.model import (Attention, DenseMLP, LatentAttention, Layer, LayerGroup,
+                                   LinearAttention, LinearMixer, LinearMLP, Mamba2, MoE)
 
 # vLLM's and SGLang's MLA backends run the absorbed (latent-space) kernel for decode and
 # short speculative verify queries, and decompress K/V for longer prefill chunks.
@@ -31,22 +36,28 @@ GATED_ACT_FLOPS_PER_ELEMENT = 5
 # multiply and a type conversion per element read (dequantize) or written (quantize), as in
 # vLLM's fp8 KV-cache kernels (scaled_convert) and KIVI's int2/int4 kernels.
 KV_CONVERT_FLOPS_PER_ELEMENT = 2
+# Recurrent updates per token, per state element. Gated DeltaNet (Yang et al. 2024, eq. 10):
+# decay S (1), S·k (2), the rank-1 delta update (2), the read-out S·q (2). Mamba-2's SSD
+# recurrence (Dao & Gu 2024, §3): decay (1), B·x (2), C·h (2). The conv costs 2 per tap.
+DELTA_RULE_FLOPS_PER_STATE_ELEMENT = 7
+SSM_FLOPS_PER_STATE_ELEMENT = 5
+CONV_FLOPS_PER_TAP = 2
 
 
 @dataclass(frozen=True, slots=True)
 class _Shard:
-    """Per-device widths under tensor/expert parallelism, and the bytes of each class."""
+    """Per-device token counts under data-parallel attention, and the bytes of each class."""
 
-    heads: float
-    kv_heads: float
     tokens: float  # new tokens a device's attention/dense layers process
     logit_tokens: float
+    sequences: float  # sequences in the step on this device
     moe_tokens: int  # tokens entering each MoE layer across the expert-parallel group
-    experts: float
-    expert_width: float
-    wb: float
-    expert_wb: float  # routed-expert weights (a file type may store them apart: MXFP4_MOE)
-    expert_format: str  # their block format when stored apart ('MXFP4'), else ''
+    wb: float  # mixer (attention) weights
+    mlp_wb: float
+    expert_wb: float  # routed-expert weights
+    embed_wb: float
+    head_wb: float
+    expert_format: str  # routed experts' block format when a file type stores them apart
     ab: float
     kvb: float
     kv_keep: float  # fraction of cached tokens the cache keeps (Precision.kv_keep)
@@ -55,17 +66,18 @@ class _Shard:
 
 def build_ledger(model: ModelSpec, step: Step, precision: Precision = Precision(),
                  parallelism: Parallelism = Parallelism()) -> Ledger:
-    """Every operator of ``step`` on one device, with FLOPs and bytes by class."""
-    return _build(model, step, precision, parallelism)
+    """Every operator of ``step`` on one device, with FLOPs and bytes by class; formats given
+    as ``auto`` are the checkpoint's own."""
+    return _build(model, step, precision.for_model(model), parallelism)
 
 
 @lru_cache(maxsize=4096)
 def _build(model: ModelSpec, step: Step, precision: Precision, par: Parallelism) -> Ledger:
-    shard = _shard(model, step, precision, par)
+    check_parallelism(model, par)
+    shard = _shard(step, precision, par)
     ops: list[Op] = [_embedding(model, shard)]
     for group in model.layer_groups:
-        ops += _attention_block(model, group, step, shard, par)
-        ops += _mlp_block(model, group, shard, par)
+        ops += _layer_ops(model, group, step, shard, par)
     ops += _head(model, shard, par)
     if par.pp > 1:
         message = shard.tokens * model.hidden_size * shard.ab
@@ -74,30 +86,39 @@ def _build(model: ModelSpec, step: Step, precision: Precision, par: Parallelism)
     return Ledger(step, tuple(ops), precision.math_format, par.devices)
 
 
-def _shard(model: ModelSpec, step: Step, precision: Precision, par: Parallelism) -> _Shard:
+def check_parallelism(model: ModelSpec, par: Parallelism) -> None:
+    """Tensor parallelism must split every layer's heads; expert parallelism every MoE's
+    experts."""
     tp = par.tp
-    if model.num_heads % tp:
-        raise InputError(f"--tp {tp} does not divide {model.name}'s {model.num_heads} attention "
-                         f"heads; choose a divisor of {model.num_heads}.")
-    if model.num_kv_heads % tp and tp % model.num_kv_heads:
-        raise InputError(f"--tp {tp} and {model.num_kv_heads} KV heads: one must divide the other.")
-    if par.ep > 1 and not model.is_moe:
+    for mixer in model.mixers:
+        heads = getattr(mixer, "heads", None) or getattr(mixer, "value_heads", None)
+        if heads and heads % tp:
+            raise InputError(f"--tp {tp} does not divide {model.name}'s {heads} heads in its "
+                             f"{mixer.label} layers; choose a divisor of {heads}.")
+        kv = getattr(mixer, "kv_heads", None)
+        if kv and kv % tp and tp % kv:
+            raise InputError(f"--tp {tp} and {kv} KV heads: one must divide the other.")
+    moes = [layer.mlp for layer in model.layers if isinstance(layer.mlp, MoE)]
+    if par.ep > 1 and not moes:
         raise InputError(f"--ep {par.ep} needs a mixture-of-experts model; {model.name} is dense.")
-    if model.is_moe and model.num_experts % par.ep:
-        raise InputError(f"--ep {par.ep} does not divide {model.name}'s {model.num_experts} "
-                         "experts.")
+    for mlp in moes:
+        if mlp.experts % par.ep:
+            raise InputError(f"--ep {par.ep} does not divide {model.name}'s {mlp.experts} "
+                             "experts.")
+
+
+def _shard(step: Step, precision: Precision, par: Parallelism) -> _Shard:
     dp = par.attention_dp
-    expert_split = tp / par.ep if tp > par.ep else 1  # remaining split of each expert's width
     return _Shard(
-        heads=model.num_heads / tp,
-        kv_heads=max(1.0, model.num_kv_heads / tp),
         tokens=step.new_tokens / dp,
         logit_tokens=step.logit_tokens / dp,
+        sequences=step.sequences / dp,
         moe_tokens=step.new_tokens,
-        experts=model.num_experts / par.ep,
-        expert_width=model.moe_intermediate_size / expert_split,
-        wb=precision.weight_bytes,
-        expert_wb=precision.expert_weight_bytes,
+        wb=precision.weight_bytes_for("attention"),
+        mlp_wb=precision.weight_bytes_for("mlp"),
+        expert_wb=precision.weight_bytes_for("experts"),
+        embed_wb=precision.weight_bytes_for("embed"),
+        head_wb=precision.weight_bytes_for("lm_head"),
         expert_format=precision.expert_block_format,
         ab=precision.activation_bytes,
         kvb=precision.kv_bytes,
@@ -107,19 +128,20 @@ def _shard(model: ModelSpec, step: Step, precision: Precision, par: Parallelism)
 
 
 def _gemm(name: str, layers: str, calls: int, m: float, n: float, k: float, shard: _Shard,
-          *, weight_rows: float | None = None) -> Op:
+          *, weight_bytes: float | None = None, weight_rows: float | None = None) -> Op:
     """(m×k)·(k×n) per call: 2·m·n·k FLOPs, the k×n weight read once, input and output
     activations read and written once. ``weight_rows`` overrides k·n for gathered weights."""
     weight_elems = k * n if weight_rows is None else weight_rows
+    wb = shard.wb if weight_bytes is None else weight_bytes
     return Op(name, "gemm", layers, calls, 2.0 * m * n * k * calls,
-              weights=weight_elems * shard.wb * calls,
+              weights=weight_elems * wb * calls,
               activations=(m * k + m * n) * shard.ab * calls, m=m, n=n, k=k)
 
 
-def _norm(name: str, layers: str, calls: int, model: ModelSpec, shard: _Shard) -> Op:
-    elements = shard.tokens * model.hidden_size
+def _norm(name: str, layers: str, calls: int, width: float, shard: _Shard) -> Op:
+    elements = shard.tokens * width
     return Op(name, "elementwise", layers, calls, NORM_FLOPS_PER_ELEMENT * elements * calls,
-              weights=model.hidden_size * shard.wb * calls,
+              weights=width * shard.wb * calls,
               activations=2 * elements * shard.ab * calls)
 
 
@@ -136,66 +158,97 @@ def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int
 def _embedding(model: ModelSpec, shard: _Shard) -> Op:
     """Embedding lookups read one row per token, not the table."""
     rows = shard.tokens * model.hidden_size
-    return Op("embed", "elementwise", "input", 1, 0.0, weights=rows * shard.wb,
+    return Op("embed", "elementwise", "input", 1, 0.0, weights=rows * shard.embed_wb,
               activations=rows * shard.ab)
 
 
-def kv_bytes_per_token_layer(model: ModelSpec, kv_bytes: float, kv_heads: float | None = None) -> float:
-    """KV-cache bytes one token adds to one layer: 2·n_kv·d_h·bytes for MHA/GQA/MQA, the
-    compressed latent plus the shared rope key, (kv_lora_rank + qk_rope_head_dim)·bytes, for
-    MLA (DESIGN.md, counting conventions; DeepSeek-V2 paper, section 2.1)."""
-    if model.is_mla:
+def kv_bytes_per_token_layer(model: ModelSpec, kv_bytes: float,
+                             kv_heads: float | None = None) -> float:
+    """KV-cache bytes one token adds to one attention layer of a uniform model: 2·n_kv·d_h
+    bytes for MHA/GQA/MQA, (kv_lora_rank + qk_rope_head_dim)·bytes for MLA (DESIGN.md,
+    counting conventions; DeepSeek-V2 paper, section 2.1). Per-layer models: see
+    ``ledger.layers.kv_bytes_per_token``."""
+    if model.kv_lora_rank:
         return (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
     heads = model.num_kv_heads if kv_heads is None else kv_heads
     return 2 * heads * model.head_dim * kv_bytes
 
 
-def _attention_block(model: ModelSpec, group: LayerGroup, step: Step, shard: _Shard,
-                     par: Parallelism) -> list[Op]:
-    layers, calls, h = f"{group.label} ×{group.count}", group.count, model.hidden_size
-    window = model.sliding_window if group.attention == "sliding" else None
-    ops = [_norm("attn.norm", layers, calls, model, shard)]
-    if model.is_mla:
-        ops += _mla_projections(model, step, shard, layers, calls)
-    else:
-        qkv_width = (shard.heads + 2 * shard.kv_heads) * model.head_dim
-        ops.append(_gemm("attn.qkv", layers, calls, shard.tokens, qkv_width, h, shard))
-    ops.append(_attention_core(model, step, shard, layers, calls, window, par.attention_dp))
-    if shard.kv_convert:
-        ops.append(_kv_convert(ops[-1], shard, layers, calls))
-    ops.append(_gemm("attn.out", layers, calls, shard.tokens, h,
-                     shard.heads * model.value_head_dim, shard))
-    if par.tp > 1:
-        ops.append(_allreduce(layers, calls, model, shard, par.tp))
+def _layer_ops(model: ModelSpec, group: LayerGroup, step: Step, shard: _Shard,
+               par: Parallelism) -> list[Op]:
+    layer: Layer = group.layer
+    layers, calls = f"{group.label} ×{group.count}", group.count
+    ops: list[Op] = []
+    if layer.mixer is not None:
+        ops.append(_norm("attn.norm", layers, calls, model.hidden_size, shard))
+        ops += _mixer_ops(model, layer.mixer, step, shard, par, layers, calls)
+        if par.tp > 1:
+            ops.append(_allreduce(layers, calls, model, shard, par.tp))
+    if layer.mlp is not None:
+        ops.append(_norm("mlp.norm", layers, calls, model.hidden_size, shard))
+        ops += _mlp_ops(model, layer.mlp, shard, par, layers, calls)
+        if par.tp > 1:
+            ops.append(_allreduce(layers, calls, model, shard, par.tp))
     return ops
 
 
-def _attention_core(model: ModelSpec, step: Step, shard: _Shard, layers: str, calls: int,
-                    window: int | None, dp: int) -> Op:
+def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallelism,  # noqa: ANN001
+               layers: str, calls: int) -> list[Op]:
+    if isinstance(mixer, Attention):
+        return _attention(model, mixer, step, shard, par, layers, calls)
+    if isinstance(mixer, LatentAttention):
+        return _latent_attention(model, mixer, step, shard, par, layers, calls)
+    if isinstance(mixer, LinearAttention):
+        return _linear_attention(model, mixer, shard, par, layers, calls)
+    if isinstance(mixer, Mamba2):
+        return _mamba2(model, mixer, shard, par, layers, calls)
+    if isinstance(mixer, LinearMixer):
+        h = model.hidden_size
+        return [_gemm("attn.linear", layers, calls, shard.tokens, h / par.tp, h, shard)]
+    raise TypeError(f"no ledger for mixer {type(mixer).__name__}")
+
+
+def _attention(model: ModelSpec, mixer: Attention, step: Step, shard: _Shard, par: Parallelism,
+               layers: str, calls: int) -> list[Op]:
+    """Q (and its output gate), K, V projections; scores and values; O projection."""
+    h, tp = model.hidden_size, par.tp
+    heads, kv_heads = mixer.heads / tp, max(1.0, mixer.kv_heads / tp)
+    q_width = heads * mixer.head_dim * (2 if mixer.gated else 1)
+    qkv_width = q_width + kv_heads * (mixer.head_dim + mixer.v_dim)
+    ops = [_gemm("attn.qkv", layers, calls, shard.tokens, qkv_width, h, shard)]
+    ops.append(_attention_core(mixer, step, shard, layers, calls, par.attention_dp, tp))
+    if shard.kv_convert:
+        ops.append(_kv_convert(ops[-1], shard, layers, calls))
+    ops.append(_gemm("attn.out", layers, calls, shard.tokens, h, heads * mixer.v_dim, shard))
+    return ops
+
+
+def _attention_core(mixer: Attention, step: Step, shard: _Shard, layers: str, calls: int,
+                    dp: int, tp: int) -> Op:
     """Scores and values, 2·2·h·d·pairs FLOPs (DESIGN.md); cached K/V read, new K/V written.
-    MLA's absorbed form scores in the latent space: (2·kv_lora + rope) per head and pair.
     With ``kv_keep`` < 1 a sequence's cache holds round(kv_keep·c) of its c cached tokens;
     new tokens attend to those and, causally, to each other."""
+    heads = mixer.heads / tp
     pairs = cached_read = cells = 0.0
-    flops_per_pair = 2 * shard.heads * (model.qk_head_dim + model.value_head_dim)
-    flops = 0.0
     for g in step.groups:
         kept = round(g.cached_tokens * shard.kv_keep)
-        group_pairs = g.count * causal_pairs(g.new_tokens, kept, window) / dp
-        per_pair = flops_per_pair
-        if model.is_mla and g.new_tokens <= MLA_ABSORBED_MAX_QUERY_TOKENS:
-            per_pair = 2 * shard.heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
-        flops += per_pair * group_pairs
-        pairs += group_pairs
-        cached_read += g.count * cached_keys_read(kept, window) / dp
-        cells += g.count * (cached_keys_read(kept, window) + g.new_tokens) / dp
-    kv_token = kv_bytes_per_token_layer(model, shard.kvb, shard.kv_heads)
-    qo = shard.tokens * shard.heads * (model.qk_head_dim + model.value_head_dim) * shard.ab
+        if mixer.chunk:
+            group_pairs = chunked_pairs(g.new_tokens, kept, mixer.chunk)
+            read = chunked_keys_read(kept, mixer.chunk)
+        else:
+            group_pairs = causal_pairs(g.new_tokens, kept, mixer.window)
+            read = cached_keys_read(kept, mixer.window)
+        pairs += g.count * group_pairs / dp
+        cached_read += g.count * read / dp
+        cells += g.count * (read + g.new_tokens) / dp
+    flops = 2 * heads * (mixer.head_dim + mixer.v_dim) * pairs
+    kv_token = kv_bytes_per_token(mixer, shard.kvb, tp)
+    qo = shard.tokens * heads * (mixer.head_dim + mixer.v_dim) * shard.ab
     return Op("attn.score", "attention", layers, calls, flops * calls,
               kv_read=cached_read * kv_token * calls,
               kv_write=shard.tokens * kv_token * calls,
               activations=qo * calls, m=shard.tokens, n=pairs / max(shard.tokens, 1.0),
-              k=model.qk_head_dim, keys=cells)
+              k=mixer.head_dim, keys=cells)
 
 
 def _kv_convert(core: Op, shard: _Shard, layers: str, calls: int) -> Op:
@@ -207,76 +260,208 @@ def _kv_convert(core: Op, shard: _Shard, layers: str, calls: int) -> Op:
               KV_CONVERT_FLOPS_PER_ELEMENT * elements)
 
 
-def _mla_projections(model: ModelSpec, step: Step, shard: _Shard, layers: str,
-                     calls: int) -> list[Op]:
+def _latent_attention(model: ModelSpec, mixer: LatentAttention, step: Step, shard: _Shard,
+                      par: Parallelism, layers: str, calls: int) -> list[Op]:
+    ops = _mla_projections(model, mixer, step, shard, par, layers, calls)
+    if mixer.index_topk:
+        ops += _indexer(model, mixer, step, shard, par, layers, calls)
+    ops.append(_mla_core(mixer, step, shard, layers, calls, par))
+    if shard.kv_convert:
+        ops.append(_kv_convert(ops[-1], shard, layers, calls))
+    ops.append(_gemm("attn.out", layers, calls, shard.tokens, model.hidden_size,
+                     mixer.heads / par.tp * mixer.v_head_dim, shard))
+    return ops
+
+
+def _mla_core(mixer: LatentAttention, step: Step, shard: _Shard, layers: str, calls: int,
+              par: Parallelism) -> Op:
+    """Scores and values over the latent cache. The absorbed form (decode) scores in the latent
+    space, (2·kv_lora + rope) per head and pair; the decompressed form (prefill) per head
+    (qk + v). Sparse attention (V3.2) attends to at most ``index_topk`` keys per query, which
+    counts as a window of top-k over the positions the query may see."""
+    heads, dp = mixer.heads / par.tp, par.attention_dp
+    topk = mixer.index_topk or None
+    pairs = cached_read = cells = flops = 0.0
+    for g in step.groups:
+        kept = round(g.cached_tokens * shard.kv_keep)
+        group_pairs = g.count * causal_pairs(g.new_tokens, kept, topk) / dp
+        absorbed = g.new_tokens <= MLA_ABSORBED_MAX_QUERY_TOKENS
+        per_pair = 2 * heads * ((2 * mixer.kv_lora_rank + mixer.qk_rope_head_dim) if absorbed
+                                else (mixer.qk_head_dim + mixer.v_head_dim))
+        flops += per_pair * group_pairs
+        pairs += group_pairs
+        read = cached_keys_read(kept, topk)
+        cached_read += g.count * read / dp
+        cells += g.count * (read + g.new_tokens) / dp
+    latent_token = (mixer.kv_lora_rank + mixer.qk_rope_head_dim) * shard.kvb
+    qo = shard.tokens * heads * (mixer.qk_head_dim + mixer.v_head_dim) * shard.ab
+    return Op("attn.score", "attention", layers, calls, flops * calls,
+              kv_read=cached_read * latent_token * calls,
+              kv_write=shard.tokens * latent_token * calls,
+              activations=qo * calls, m=shard.tokens, n=pairs / max(shard.tokens, 1.0),
+              k=mixer.qk_head_dim, keys=cells)
+
+
+def _mla_projections(model: ModelSpec, mixer: LatentAttention, step: Step, shard: _Shard,
+                     par: Parallelism, layers: str, calls: int) -> list[Op]:
     """DeepSeek-V2/V3 MLA: the replicated down-projections (q_a, kv_a), the per-head query
     up-projection (q_b), and kv_b, which either decompresses every attended latent (prefill)
     or is absorbed into the query and output of decode tokens."""
-    h, t = model.hidden_size, shard.tokens
-    rope, nope, lora = model.qk_rope_head_dim, model.qk_nope_head_dim, model.kv_lora_rank
-    down_width = model.q_lora_rank + lora + rope
-    ops = [_gemm("attn.qkv_a", layers, calls, t, down_width, h, shard)]
-    q_in = model.q_lora_rank or h
-    ops.append(_gemm("attn.q_b", layers, calls, t, shard.heads * model.qk_head_dim, q_in, shard))
-    kv_b_width = shard.heads * (nope + model.v_head_dim)
+    h, t, heads = model.hidden_size, shard.tokens, mixer.heads / par.tp
+    lora, rope = mixer.kv_lora_rank, mixer.qk_rope_head_dim
+    ops = [_gemm("attn.qkv_a", layers, calls, t, mixer.q_lora_rank + lora + rope, h, shard)]
+    q_in = mixer.q_lora_rank or h
+    ops.append(_gemm("attn.q_b", layers, calls, t, heads * mixer.qk_head_dim, q_in, shard))
+    kv_b_width = heads * (mixer.qk_nope_head_dim + mixer.v_head_dim)
+    topk = mixer.index_topk or None
     absorbed = sum(g.count * g.new_tokens for g in step.groups
                    if g.new_tokens <= MLA_ABSORBED_MAX_QUERY_TOKENS)
-    decompressed = sum(g.count * (round(g.cached_tokens * shard.kv_keep) + g.new_tokens)
-                       for g in step.groups
-                       if g.new_tokens > MLA_ABSORBED_MAX_QUERY_TOKENS)
+    decompressed = sum(g.count * (cached_keys_read(round(g.cached_tokens * shard.kv_keep), topk)
+                                  + g.new_tokens)
+                       for g in step.groups if g.new_tokens > MLA_ABSORBED_MAX_QUERY_TOKENS)
     m = (absorbed + decompressed) * t / max(step.new_tokens, 1)
     return ops + [_gemm("attn.kv_b", layers, calls, m, kv_b_width, lora, shard)]
 
 
-def _mlp_block(model: ModelSpec, group: LayerGroup, shard: _Shard, par: Parallelism) -> list[Op]:
-    layers, calls = f"{group.label} ×{group.count}", group.count
-    ops = [_norm("mlp.norm", layers, calls, model, shard)]
-    if group.mlp == "moe":
-        ops += _moe(model, shard, par, layers, calls)
-        if model.shared_expert_intermediate_size:
-            ops += _dense_mlp("moe.shared", model.shared_expert_intermediate_size / par.tp,
-                              model, shard, layers, calls)
-    else:
-        ops += _dense_mlp("mlp", model.intermediate_size / par.tp, model, shard, layers, calls)
-    if par.tp > 1:
-        ops.append(_allreduce(layers, calls, model, shard, par.tp))
+def _indexer(model: ModelSpec, mixer: LatentAttention, step: Step, shard: _Shard,
+             par: Parallelism, layers: str, calls: int) -> list[Op]:
+    """DeepSeek-V3.2's lightning indexer (DeepSeek-V3.2-Exp report, §2.1): per token, index
+    queries (wq_b from the query latent), one index key (wk) and per-head weights; then every
+    query scores every cached and causal new key, 2·heads·d FLOPs a pair, reading each cached
+    index key once. Replicated across tensor-parallel ranks."""
+    t, h = shard.tokens, model.hidden_size
+    ih, id_ = mixer.index_heads, mixer.index_head_dim
+    q_in = mixer.q_lora_rank or h
+    ops = [_gemm("attn.indexer_proj", layers, calls, t, ih * id_, q_in, shard),
+           _gemm("attn.indexer_kw", layers, calls, t, id_ + ih, h, shard)]
+    pairs = cached = 0.0
+    for g in step.groups:
+        kept = round(g.cached_tokens * shard.kv_keep)
+        pairs += g.count * causal_pairs(g.new_tokens, kept) / par.attention_dp
+        cached += g.count * kept / par.attention_dp
+    key_bytes = kv_bytes_per_token(mixer, shard.kvb) - \
+        (mixer.kv_lora_rank + mixer.qk_rope_head_dim) * shard.kvb
+    ops.append(Op("attn.indexer", "attention", layers, calls, 2.0 * ih * id_ * pairs * calls,
+                  kv_read=cached * key_bytes * calls, kv_write=t * key_bytes * calls,
+                  m=t, n=pairs / max(t, 1.0), k=id_, keys=cached + t))
     return ops
 
 
-def _dense_mlp(prefix: str, width: float, model: ModelSpec, shard: _Shard, layers: str,
-               calls: int) -> list[Op]:
-    h, t = model.hidden_size, shard.tokens
-    up_width = 2 * width if model.gated_mlp else width
-    act_elements = t * width
+def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
+                      par: Parallelism, layers: str, calls: int) -> list[Op]:
+    """Gated DeltaNet / KDA: projections, a short conv over q, k, v, the delta-rule update of
+    a fixed state (read and written once per sequence per step), a gated norm, out_proj."""
+    h, t, tp = model.hidden_size, shard.tokens, par.tp
+    nk, nv = mixer.key_heads / tp, mixer.value_heads / tp
+    dk, dv = mixer.key_head_dim, mixer.value_head_dim
+    conv_channels = 2 * nk * dk + nv * dv
+    in_width = 2 * nk * dk + 2 * nv * dv + 2 * nv
+    state = state_bytes_per_sequence(mixer, shard.kvb, tp)
     return [
-        _gemm(f"{prefix}.up", layers, calls, t, up_width, h, shard),
-        Op(f"{prefix}.act", "elementwise", layers, calls,
-           GATED_ACT_FLOPS_PER_ELEMENT * act_elements * calls,
-           activations=(up_width / width + 1) * act_elements * shard.ab * calls),
-        _gemm(f"{prefix}.down", layers, calls, t, h, width, shard),
+        _gemm("linear_attn.in_proj", layers, calls, t, in_width, h, shard),
+        Op("linear_attn.conv", "elementwise", layers, calls,
+           CONV_FLOPS_PER_TAP * mixer.conv_kernel * conv_channels * t * calls,
+           weights=conv_channels * mixer.conv_kernel * shard.wb * calls,
+           activations=2 * conv_channels * t * shard.ab * calls),
+        Op("linear_attn.recurrence", "elementwise", layers, calls,
+           DELTA_RULE_FLOPS_PER_STATE_ELEMENT * nv * dk * dv * t * calls,
+           kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
+           activations=(conv_channels + nv * dv) * t * shard.ab * calls),
+        _norm("linear_attn.norm", layers, calls, nv * dv, shard),
+        _gemm("linear_attn.out", layers, calls, t, h, nv * dv, shard),
     ]
 
 
-def _moe(model: ModelSpec, shard: _Shard, par: Parallelism, layers: str, calls: int) -> list[Op]:
-    """Router, routed experts and, with data-parallel attention, the all-to-all.
+def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, layers: str,
+            calls: int) -> list[Op]:
+    """Mamba-2: in_proj to (z, x, B, C, dt), the conv over (x, B, C), the SSM recurrence over
+    a fixed state (read and written once per sequence per step), a gated norm, out_proj."""
+    h, t, tp = model.hidden_size, shard.tokens, par.tp
+    inner = mixer.inner / tp
+    bc = 2 * mixer.groups * mixer.state_size
+    conv_channels = inner + bc
+    state = state_bytes_per_sequence(mixer, shard.kvb, tp)
+    return [
+        _gemm("ssm.in_proj", layers, calls, t, 2 * inner + bc + mixer.heads / tp, h, shard),
+        Op("ssm.conv", "elementwise", layers, calls,
+           CONV_FLOPS_PER_TAP * mixer.conv_kernel * conv_channels * t * calls,
+           weights=conv_channels * (mixer.conv_kernel + 1) * shard.wb * calls,
+           activations=2 * conv_channels * t * shard.ab * calls),
+        Op("ssm.scan", "elementwise", layers, calls,
+           SSM_FLOPS_PER_STATE_ELEMENT * inner * mixer.state_size * t * calls,
+           kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
+           activations=(conv_channels + inner) * t * shard.ab * calls),
+        _norm("ssm.norm", layers, calls, inner, shard),
+        _gemm("ssm.out", layers, calls, t, h, inner, shard),
+    ]
+
+
+def _mlp_ops(model: ModelSpec, mlp, shard: _Shard, par: Parallelism, layers: str,  # noqa: ANN001
+             calls: int) -> list[Op]:
+    if isinstance(mlp, DenseMLP):
+        return _dense_mlp("mlp", mlp.width / par.tp, mlp.gated, model, shard, layers, calls)
+    if isinstance(mlp, MoE):
+        ops = _moe(model, mlp, shard, par, layers, calls)
+        if mlp.shared_width:
+            ops += _dense_mlp("moe.shared", mlp.shared_width / par.tp, mlp.gated, model, shard,
+                              layers, calls)
+        if mlp.dense_width:
+            ops += _dense_mlp("moe.dense", mlp.dense_width / par.tp, mlp.gated, model, shard,
+                              layers, calls)
+        return ops
+    if isinstance(mlp, LinearMLP):
+        h = model.hidden_size
+        return [_gemm("mlp.linear", layers, calls, shard.tokens, h / par.tp, h, shard,
+                      weight_bytes=shard.mlp_wb)]
+    raise TypeError(f"no ledger for MLP {type(mlp).__name__}")
+
+
+def _dense_mlp(prefix: str, width: float, gated: bool, model: ModelSpec, shard: _Shard,
+               layers: str, calls: int) -> list[Op]:
+    h, t = model.hidden_size, shard.tokens
+    up_width = 2 * width if gated else width
+    act_elements = t * width
+    return [
+        _gemm(f"{prefix}.up", layers, calls, t, up_width, h, shard, weight_bytes=shard.mlp_wb),
+        Op(f"{prefix}.act", "elementwise", layers, calls,
+           GATED_ACT_FLOPS_PER_ELEMENT * act_elements * calls,
+           activations=(up_width / width + 1) * act_elements * shard.ab * calls),
+        _gemm(f"{prefix}.down", layers, calls, t, h, width, shard, weight_bytes=shard.mlp_wb),
+    ]
+
+
+def _moe(model: ModelSpec, mlp: MoE, shard: _Shard, par: Parallelism, layers: str,
+         calls: int) -> list[Op]:
+    """Router, routed experts and, with data-parallel attention, the all-to-all; with a latent
+    MoE the down and up projections into the experts' latent space.
 
     FLOPs follow the routed tokens (T·k spread over ep devices); weight bytes follow the
     distinct experts a device's share of them touches (DESIGN.md, counting conventions)."""
-    h, k, e = model.hidden_size, model.experts_per_token, model.num_experts
+    h, k, e = model.hidden_size, mlp.top_k, mlp.experts
+    tp, ep = par.tp, par.ep
+    expert_split = tp / ep if tp > ep else 1  # remaining split of each expert's width
+    width = mlp.width / expert_split
+    inner = mlp.latent_size or h
     ops = [_gemm("moe.router", layers, calls, shard.tokens, e, h, shard)]
-    mats = 3 if model.gated_mlp else 2
-    routed_pairs = shard.moe_tokens * k / par.ep
-    distinct = expected_distinct_experts(e, k, shard.moe_tokens) / par.ep
-    expert_params = mats * h * shard.expert_width
+    if mlp.latent_size:
+        ops.append(_gemm("moe.latent_down", layers, calls, shard.tokens, inner, h, shard,
+                         weight_bytes=shard.mlp_wb))
+    mats = 3 if mlp.gated else 2
+    routed_pairs = shard.moe_tokens * k / ep
+    distinct = expected_distinct_experts(e, k, shard.moe_tokens) / ep
+    expert_params = mats * inner * width
     ops.append(Op("moe.experts", "gemm", layers, calls,
                   2.0 * routed_pairs * expert_params * calls,
                   weights=distinct * expert_params * shard.expert_wb * calls,
-                  activations=2 * routed_pairs * h * shard.ab * calls,
-                  m=routed_pairs / max(distinct, 1e-9), n=mats * shard.expert_width, k=h,
+                  activations=2 * routed_pairs * inner * shard.ab * calls,
+                  m=routed_pairs / max(distinct, 1e-9), n=mats * width, k=inner,
                   tokens=shard.moe_tokens, expert_load=shard.moe_tokens * k / e,
                   block_format=shard.expert_format))
-    if par.ep > par.tp:
-        dispatched = shard.tokens * k * h * shard.ab * (par.ep - 1) / par.ep
+    if mlp.latent_size:
+        ops.append(_gemm("moe.latent_up", layers, calls, shard.tokens, h, inner, shard,
+                         weight_bytes=shard.mlp_wb))
+    if ep > tp:
+        dispatched = shard.tokens * k * inner * shard.ab * (ep - 1) / ep
         ops.append(Op("ep.alltoall", "communication", layers, calls, 0.0,
                       network=2 * dispatched * calls, hops=2 * calls))
     return ops
@@ -285,10 +470,10 @@ def _moe(model: ModelSpec, shard: _Shard, par: Parallelism, layers: str, calls: 
 def _head(model: ModelSpec, shard: _Shard, par: Parallelism) -> list[Op]:
     """Final norm, then the LM head on the tokens that need logits only."""
     vocab = model.vocab_size / par.tp
-    ops = [_norm("final.norm", "output", 1, model, shard)]
+    ops = [_norm("final.norm", "output", 1, model.hidden_size, shard)]
     if shard.logit_tokens:
         ops.append(_gemm("lm_head", "output", 1, shard.logit_tokens, vocab, model.hidden_size,
-                         shard))
+                         shard, weight_bytes=shard.head_wb))
         if par.tp > 1:
             gathered = (par.tp - 1) / par.tp * shard.logit_tokens * model.vocab_size * shard.ab
             ops.append(Op("tp.allgather", "communication", "output", 1, 0.0, network=gathered,

@@ -1,45 +1,95 @@
-"""Bytes a device holds: weights, KV cache, transient activations."""
+"""Bytes a device holds: weights, KV cache and recurrent state, transient activations."""
 
 from __future__ import annotations
 
-from phasewise.ledger.build import kv_bytes_per_token_layer
-from phasewise.ledger.params import expert_params, param_counts
+from phasewise.ledger.layers import (held_tokens, kv_bytes_per_token, mixer_params,
+                                     routed_expert_params, state_bytes_per_sequence)
+from phasewise.ledger.params import param_counts
 from phasewise.specs import ModelSpec, Parallelism, Precision
+from phasewise.specs.model import Attention, DenseMLP, LatentAttention, MoE
 
 # Logits are materialised in fp32 by vLLM, SGLang and llama.cpp before sampling.
 LOGIT_BYTES = 4
 
 
 def weight_bytes_per_device(model: ModelSpec, precision: Precision, par: Parallelism) -> float:
-    """Routed experts split max(tp, ep) ways, everything else tp ways; pp splits layers."""
+    """Each module class at its own format; routed experts split max(tp, ep) ways, everything
+    else tp ways; pp splits layers."""
+    precision = precision.for_model(model)
     counts = param_counts(model)
-    moe_layers = sum(g.count for g in model.layer_groups if g.mlp == "moe")
-    experts = moe_layers * model.num_experts * expert_params(model) if model.is_moe else 0.0
-    return ((counts.total - experts) / par.tp * precision.weight_bytes
-            + experts / max(par.tp, par.ep) * precision.expert_weight_bytes) / par.pp
+    h = model.hidden_size
+    mixers = sum(g.count * mixer_params(g.layer.mixer, h) for g in model.layer_groups
+                 if g.layer.mixer is not None)
+    embed = counts.embedding
+    head = 0.0 if model.tie_word_embeddings else counts.embedding
+    mlp = counts.total - counts.routed_experts - mixers - embed - head
+    tp_split = (mixers * precision.weight_bytes_for("attention")
+                + mlp * precision.weight_bytes_for("mlp")
+                + embed * precision.weight_bytes_for("embed")
+                + head * precision.weight_bytes_for("lm_head")) / par.tp
+    experts = counts.routed_experts / max(par.tp, par.ep) * precision.weight_bytes_for("experts")
+    return (tp_split + experts) / par.pp
+
+
+def kv_bytes_per_token_per_device(model: ModelSpec, precision: Precision,
+                                  par: Parallelism) -> float:
+    """KV bytes one more token of context adds on one device, every layer with a KV cache
+    (sliding and chunked layers priced in full: a paged allocator's upper bound)."""
+    precision = precision.for_model(model)
+    total = sum(g.count * kv_bytes_per_token(g.layer.mixer, precision.kv_bytes, par.tp)
+                for g in model.layer_groups)
+    return total / par.pp / par.attention_dp
+
+
+def state_bytes_per_device(model: ModelSpec, precision: Precision, par: Parallelism) -> float:
+    """Recurrent state one sequence holds on one device, over every SSM / linear layer."""
+    precision = precision.for_model(model)
+    total = sum(g.count * state_bytes_per_sequence(g.layer.mixer, precision.kv_bytes, par.tp)
+                for g in model.layer_groups)
+    return total / par.pp / par.attention_dp
 
 
 def kv_cache_bytes_per_device(model: ModelSpec, precision: Precision, par: Parallelism, *,
                               sequences: int, context_tokens: int) -> float:
-    """KV bytes for ``sequences`` each holding ``context_tokens``; sliding layers keep only
-    their window; KV heads split tp ways (replicated when fewer than tp), MLA's latent is
-    replicated on every tensor-parallel rank; ``precision.kv_keep`` < 1 keeps that fraction."""
-    kv_heads = max(1.0, model.num_kv_heads / par.tp)
+    """Cache bytes for ``sequences`` each holding ``context_tokens``: sliding-window and
+    chunked layers keep only their window, SSM and linear-attention layers a fixed state; KV
+    heads split tp ways (replicated when fewer than tp), MLA's latent is replicated on every
+    tensor-parallel rank; ``precision.kv_keep`` < 1 keeps that fraction."""
+    precision = precision.for_model(model)
+    held = precision.kept_tokens(context_tokens)
     total = 0.0
     for group in model.layer_groups:
-        window = model.sliding_window if group.attention == "sliding" else None
-        held = precision.kept_tokens(context_tokens)
-        kept = held if window is None else min(held, window)
-        total += group.count * kept * kv_bytes_per_token_layer(model, precision.kv_bytes, kv_heads)
-    return sequences * total / par.pp / par.attention_dp
+        mixer = group.layer.mixer
+        per_token = kv_bytes_per_token(mixer, precision.kv_bytes, par.tp)
+        total += group.count * held_tokens(mixer, held) * per_token
+    total = total / par.pp / par.attention_dp
+    return sequences * (total + state_bytes_per_device(model, precision, par))
 
 
 def activation_bytes_per_device(model: ModelSpec, precision: Precision, par: Parallelism, *,
                                 tokens: int, logit_tokens: int) -> float:
     """Peak transient working set of one forward pass over ``tokens``: the residual stream,
     the widest intermediate (QKV or gated MLP) and the fp32 logits."""
-    qkv = (model.num_heads + 2 * model.num_kv_heads) * model.qk_head_dim
-    mlp = 2 * max(model.intermediate_size, model.moe_intermediate_size * model.experts_per_token)
-    widest = max(qkv, mlp) / par.tp
-    stream = tokens * (2 * model.hidden_size + widest) * precision.activation_bytes
+    precision = precision.for_model(model)
+    widest = 0.0
+    h = model.hidden_size
+    for group in model.layer_groups:
+        widest = max(widest, _widest(group.layer, h))
+    stream = tokens * (2 * h + widest / par.tp) * precision.activation_bytes
     return stream / par.attention_dp + logit_tokens * model.vocab_size / par.tp * LOGIT_BYTES
+
+
+def _widest(layer, hidden: int) -> float:  # noqa: ANN001
+    mixer, mlp = layer.mixer, layer.mlp
+    width = 0.0
+    if isinstance(mixer, Attention):
+        width = (mixer.heads + mixer.kv_heads) * mixer.head_dim + mixer.kv_heads * mixer.v_dim
+    elif isinstance(mixer, LatentAttention):
+        width = (3 * mixer.heads) * mixer.qk_head_dim
+    elif mixer is not None:
+        width = 2 * hidden
+    if isinstance(mlp, DenseMLP):
+        width = max(width, 2 * mlp.width)
+    elif isinstance(mlp, MoE):
+        width = max(width, 2 * mlp.width * mlp.top_k, 2 * mlp.shared_width, 2 * mlp.dense_width)
+    return width

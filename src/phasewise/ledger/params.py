@@ -1,66 +1,59 @@
-"""Parameter counts and KV size of a model, from the same shapes the ledger prices."""
+"""Parameter counts, KV size and recurrent state of a model, from the same per-layer shapes the
+ledger prices (``ledger.layers``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phasewise.ledger.build import kv_bytes_per_token_layer
+from phasewise.ledger.layers import (kv_bytes_per_token, layer_norms, mixer_params, mlp_params,
+                                     routed_expert_params, state_bytes_per_sequence)
 from phasewise.specs import ModelSpec
+from phasewise.specs.model import Layer
+
+# A DeepSeek-V3 MTP module beside its decoder layer: the norms of the embedding and of the
+# hidden state (enorm, hnorm), the 2h→h projection (eh_proj) and a final norm
+# (DeepSeek-V3 report §2.2; transformers/vLLM DeepSeekMultiTokenPredictorLayer).
+MTP_EXTRA_NORMS = 3
 
 
 @dataclass(frozen=True, slots=True)
 class ParamCounts:
-    total: float
+    total: float  # the decoder, embeddings and head; MTP layers and vision tower apart
     active: float  # per token: routed experts counted k of E
     embedding: float
-    kv_bytes_per_token: float
+    kv_bytes_per_token: float  # every layer with a KV cache, at the given bytes per element
+    state_bytes_per_sequence: float = 0.0  # fixed recurrent state of SSM / linear layers
+    mtp: float = 0.0  # multi-token-prediction layers
+    vision: float = 0.0  # vision tower and projector
+    routed_experts: float = 0.0  # the routed experts' share of ``total``
 
 
-def attention_params(model: ModelSpec) -> float:
-    """Q, K, V and output projections; MLA's low-rank factors and their norms."""
-    h = model.hidden_size
-    if not model.is_mla:
-        q_and_o = 2 * h * model.num_heads * model.head_dim
-        return q_and_o + 2 * h * model.num_kv_heads * model.head_dim
-    heads, lora, rope = model.num_heads, model.kv_lora_rank, model.qk_rope_head_dim
-    if model.q_lora_rank:
-        q = h * model.q_lora_rank + model.q_lora_rank + model.q_lora_rank * heads * model.qk_head_dim
-    else:
-        q = h * heads * model.qk_head_dim
-    kv = h * (lora + rope) + lora + lora * heads * (model.qk_nope_head_dim + model.v_head_dim)
-    return q + kv + heads * model.v_head_dim * h
+def layer_params(layer: Layer, hidden: int) -> tuple[float, float]:
+    """(total, active) parameters of one block: mixer, MLP and its pre-norms."""
+    mixer = mixer_params(layer.mixer, hidden) if layer.mixer is not None else 0.0
+    mlp_total, mlp_active = mlp_params(layer.mlp, hidden) if layer.mlp is not None else (0.0, 0.0)
+    norms = layer_norms(layer) * hidden
+    return mixer + mlp_total + norms, mixer + mlp_active + norms
 
 
-def expert_params(model: ModelSpec) -> float:
-    """One routed expert: gate, up and down (up and down for an ungated MLP)."""
-    mats = 3 if model.gated_mlp else 2
-    return mats * model.hidden_size * model.moe_intermediate_size
-
-
-def mlp_params(model: ModelSpec, moe_layer: bool) -> tuple[float, float]:
-    """(total, active) parameters of one layer's MLP."""
-    mats = 3 if model.gated_mlp else 2
-    h = model.hidden_size
-    if not moe_layer:
-        dense = mats * h * model.intermediate_size
-        return dense, dense
-    shared = mats * h * model.shared_expert_intermediate_size
-    common = h * model.num_experts + shared  # router + shared experts
-    total = common + model.num_experts * expert_params(model)
-    return total, common + model.experts_per_token * expert_params(model)
-
-
-def param_counts(model: ModelSpec, *, kv_bytes: float = 2.0) -> ParamCounts:
-    """Total and active parameters (weights and norms; biases left out), and KV-cache bytes
-    per token over all layers at ``kv_bytes`` per element."""
+def param_counts(model: ModelSpec, *, kv_bytes: float = 2.0,
+                 state_bytes: float | None = None) -> ParamCounts:
+    """Total and active parameters (weights and norms; biases left out), KV-cache bytes per
+    token over all layers at ``kv_bytes`` per element, and recurrent state bytes per sequence
+    at ``state_bytes`` (the KV format's unless given)."""
     h = model.hidden_size
     embedding = model.vocab_size * h
     head = 0 if model.tie_word_embeddings else embedding
     total = active = embedding + head + h  # + final norm
+    kv = state = experts = 0.0
+    per_state = kv_bytes if state_bytes is None else state_bytes
     for group in model.layer_groups:
-        mlp_total, mlp_active = mlp_params(model, group.mlp == "moe")
-        common = attention_params(model) + 2 * h  # + two norms
-        total += group.count * (common + mlp_total)
-        active += group.count * (common + mlp_active)
-    kv = model.num_layers * kv_bytes_per_token_layer(model, kv_bytes)
-    return ParamCounts(total, active, embedding, kv)
+        layer_total, layer_active = layer_params(group.layer, h)
+        total += group.count * layer_total
+        active += group.count * layer_active
+        kv += group.count * kv_bytes_per_token(group.layer.mixer, kv_bytes)
+        state += group.count * state_bytes_per_sequence(group.layer.mixer, per_state)
+        experts += group.count * routed_expert_params(group.layer.mlp, h)
+    mtp = sum(layer_params(layer, h)[0] + 2 * h * h + MTP_EXTRA_NORMS * h
+              for layer in model.mtp_layers)
+    return ParamCounts(total, active, embedding, kv, state, mtp, model.vision_params, experts)

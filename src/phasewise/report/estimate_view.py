@@ -17,8 +17,36 @@ def headline(est: Estimate) -> str:
     par = f"TP{i.tp}" + (f"·PP{i.pp}" if i.pp > 1 else "") + (f"·EP{i.ep}" if i.ep > 1 else "")
     return (f"{est.model.name} on {est.hardware.display_name}"
             f"{f' ×{est.hardware.devices}' if est.hardware.devices > 1 else ''} · ISL {i.isl:,} · "
-            f"OSL {i.osl:,} · batch {i.batch_size} · weights {i.weight_dtype} / act "
+            f"OSL {i.osl:,} · batch {i.batch_size} · weights {_weights(est)} / act "
             f"{i.act_dtype} / KV {i.kv_dtype} · {par} · cost model: {i.cost_model}")
+
+
+def _weights(est: Estimate) -> str:
+    """The weight format, with the module classes that differ and where they came from."""
+    i = est.inputs
+    formats = i.weight_formats or {}
+    others = {cls: fmt for cls, fmt in formats.items() if fmt != i.weight_dtype}
+    text = i.weight_dtype + (f" ({', '.join(f'{c} {f}' for c, f in others.items())})"
+                             if others else "")
+    source = i.formats_source or ""
+    return text + (f" [{source}]" if source.startswith("quantization_config")
+                   or source.startswith("hf_quant") else "")
+
+
+def model_line(est: Estimate) -> str:
+    """Parameters, cache per token, recurrent state, MTP and vision parts, layer kinds."""
+    m = est.model
+    parts = [f"{m.params_total / 1e9:,.2f} B params ({m.params_active / 1e9:,.2f} B active)",
+             f"KV {m.kv_bytes_per_token / 1e3:,.1f} kB/token"]
+    if m.state_bytes_per_sequence:
+        parts.append(f"recurrent state {m.state_bytes_per_sequence / 1e6:,.1f} MB/sequence")
+    if m.params_mtp:
+        parts.append(f"MTP {m.params_mtp / 1e9:,.2f} B apart")
+    if m.params_vision:
+        parts.append(f"vision {m.params_vision / 1e9:,.2f} B apart")
+    if m.layer_kinds and len(m.layer_kinds) > 1:
+        parts.append("layers " + ", ".join(f"{n}×{k}" for k, n in m.layer_kinds.items()))
+    return " · ".join(parts)
 
 
 def _phase_rows(p: PhaseReport) -> list[str]:
@@ -80,7 +108,8 @@ def estimate_table(est: Estimate) -> Group:
     memory.add_row("verdict", verdict)
     memory.add_row("largest batch that fits", f"{m.max_batch_size:,}")
 
-    parts: list[Any] = [Text(headline(est), style="bold"), phases, latency, memory]
+    parts: list[Any] = [Text(headline(est), style="bold"), Text(model_line(est)), phases,
+                        latency, memory]
     parts += [Text(f"warning: {w}", style="yellow") for w in est.warnings]
     if est.ops:
         parts.append(ops_table(est))

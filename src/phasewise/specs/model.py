@@ -1,28 +1,224 @@
-"""The architecture of a decoder-only transformer, as the arithmetic needs it.
+"""The architecture of a decoder-only model as a sequence of layers, each with its own token
+mixer and MLP, plus the parts beside the decoder (embeddings, MTP layers, a vision tower).
 
 Built from a Hugging Face ``config.json`` by ``catalog.hf_config``; a what-if is a
-``dataclasses.replace`` of this spec.
+``dataclasses.replace`` of this spec. The ledger prices one layer of each distinct kind and
+multiplies by its count (``layer_groups``).
+
+A spec built with the uniform fields alone (``num_heads``, ``intermediate_size``, …) gets
+its layers from them; a reader of a hybrid or NAS model gives ``layers`` explicitly and fills
+the uniform fields from its attention layers (the profiler's reference transformer reads those).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 
 from phasewise.errors import InputError
+from phasewise.specs.precision import MODULE_CLASSES  # noqa: F401  (the classes formats name)
+
+# ---- token mixers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """Softmax attention over a KV cache of ``kv_heads`` × (``head_dim`` keys, ``v_dim``
+    values) per token. ``window``: a sliding window; ``chunk``: chunked local attention
+    (Llama-4: a query sees the keys of its own chunk); ``gated``: an output gate projected
+    beside the query (Qwen3-Next), which doubles the query projection."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    value_dim: int = 0  # 0: the same as head_dim
+    window: int | None = None
+    chunk: int | None = None
+    gated: bool = False
+
+    @property
+    def v_dim(self) -> int:
+        return self.value_dim or self.head_dim
+
+    @property
+    def label(self) -> str:
+        if self.window:
+            return f"swa{self.window}"
+        return f"chunk{self.chunk}" if self.chunk else "attn"
+
+
+@dataclass(frozen=True, slots=True)
+class LatentAttention:
+    """DeepSeek-V2/V3 multi-head latent attention; with ``index_topk`` > 0 the DeepSeek-V3.2
+    sparse form, whose lightning indexer (``index_heads`` × ``index_head_dim``) scores every
+    cached token and attention reads the top ``index_topk`` of them."""
+
+    heads: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def label(self) -> str:
+        return f"mla-top{self.index_topk}" if self.index_topk else "mla"
+
+
+@dataclass(frozen=True, slots=True)
+class LinearAttention:
+    """Gated DeltaNet (Qwen3-Next, Qwen3.5) and Kimi Delta Attention: a fixed matrix state of
+    ``value_heads`` × ``key_head_dim`` × ``value_head_dim`` per sequence, updated once per
+    token, and a short causal convolution over q, k and v."""
+
+    key_heads: int
+    value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    variant: str = "gated_deltanet"  # or "kda"
+
+    @property
+    def label(self) -> str:
+        return self.variant
+
+
+@dataclass(frozen=True, slots=True)
+class Mamba2:
+    """A Mamba-2 state-space mixer (Dao & Gu 2024): ``heads`` × ``head_dim`` channels, a
+    state of ``state_size`` per channel, ``groups`` shared B/C projections and a causal
+    convolution of ``conv_kernel`` taps."""
+
+    heads: int
+    head_dim: int
+    state_size: int
+    groups: int
+    conv_kernel: int
+
+    @property
+    def inner(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def label(self) -> str:
+        return "mamba2"
+
+
+@dataclass(frozen=True, slots=True)
+class LinearMixer:
+    """A block whose attention a NAS search replaced by one hidden×hidden linear map
+    (Nemotron NAS ``replace_with_linear``)."""
+
+    @property
+    def label(self) -> str:
+        return "linear"
+
+
+Mixer = Attention | LatentAttention | LinearAttention | Mamba2 | LinearMixer
+
+
+# ---- MLPs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DenseMLP:
+    """Gated (SwiGLU/GeGLU: gate, up, down) or plain (up, activation, down: GELU, relu²)."""
+
+    width: int
+    gated: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"mlp{self.width}"
+
+
+@dataclass(frozen=True, slots=True)
+class MoE:
+    """Routed experts (``experts``, top ``top_k``, each ``width`` wide), shared experts of
+    ``shared_width`` in all, a latent projection of ``latent_size`` that experts run in
+    (Nemotron-3's latent MoE), and a dense MLP of ``dense_width`` beside the experts."""
+
+    experts: int
+    top_k: int
+    width: int
+    shared_width: int = 0
+    gated: bool = True
+    latent_size: int = 0
+    dense_width: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"moe{self.experts}x{self.top_k}"
+
+
+@dataclass(frozen=True, slots=True)
+class LinearMLP:
+    """An MLP a NAS search replaced by one hidden×hidden linear map."""
+
+    @property
+    def label(self) -> str:
+        return "linear"
+
+
+MLP = DenseMLP | MoE | LinearMLP
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One decoder block: a token mixer and an MLP, either of which may be absent (a
+    skipped block counts nothing)."""
+
+    mixer: Mixer | None
+    mlp: MLP | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.mixer.label if self.mixer else '-'}/{self.mlp.label if self.mlp else '-'}"
 
 
 @dataclass(frozen=True, slots=True)
 class LayerGroup:
-    """Layers that share one shape: the ledger prices one and multiplies by ``count``."""
+    """Identical layers: the ledger prices one and multiplies by ``count``."""
 
-    attention: str  # "full" | "sliding"
-    mlp: str  # "dense" | "moe"
+    layer: Layer
     count: int
 
     @property
     def label(self) -> str:
-        return f"{self.attention}/{self.mlp}"
+        return self.layer.label
+
+    @property
+    def attention(self) -> str:
+        mixer = self.layer.mixer
+        return "sliding" if isinstance(mixer, Attention) and mixer.window else "full"
+
+    @property
+    def mlp(self) -> str:
+        return "moe" if isinstance(self.layer.mlp, MoE) else "dense"
+
+
+# ---- the checkpoint's number formats ------------------------------------------------------
+
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFormats:
+    """The weight format of each module class as the checkpoint stores it, its KV-cache
+    format where it declares one, and where each came from."""
+
+    weights: tuple[tuple[str, str], ...]  # (module class, format name)
+    kv_cache: str | None = None
+    method: str = ""
+    source: str = ""
+
+    def format_of(self, module_class: str) -> str | None:
+        return dict(self.weights).get(module_class)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,30 +240,53 @@ class ModelSpec:
     rope_scaling: str = ""  # rope_type of rope_scaling / rope_parameters ("llama3", "yarn", …)
     norm_eps: float = 1e-5
     hidden_act: str = "silu"
-    # Attention pattern: one entry per layer ("full" or "sliding"); empty means all full.
-    layer_types: tuple[str, ...] = ()
+    # Uniform description (one geometry for every layer), read when ``layers`` is empty.
+    layer_types: tuple[str, ...] = ()  # "full" | "sliding" per layer; empty: all full
     sliding_window: int | None = None
-    # Mixture of experts: routed experts, top-k, per-expert width; shared experts are
-    # one dense gated MLP of the summed width; moe_layers marks the sparse layers.
     num_experts: int = 0
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
     moe_layers: tuple[bool, ...] = ()
-    # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank > 0 turns it on.
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # Per-layer description; ``layers`` derives it from the uniform fields when not given.
+    layer_specs: tuple[Layer, ...] = ()
+    # Beside the decoder: multi-token-prediction layers (each also has its own norms and a
+    # 2h→h projection, DeepSeek-V3 §2.2), and a vision tower's parameter count.
+    mtp_layers: tuple[Layer, ...] = ()
+    vision_params: float = 0.0
+    checkpoint: CheckpointFormats | None = None
+    # What the config reader noticed and could not price (shown as warnings).
+    notes: tuple[str, ...] = ()
+    _layers: tuple[Layer, ...] = field(default=(), init=False, repr=False, compare=False)
+    _groups: tuple[LayerGroup, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        positive = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                    "vocab_size")
-        for field in positive:
-            if getattr(self, field) <= 0:
-                raise InputError(f"model '{self.name}': {field} must be positive, got "
-                                 f"{getattr(self, field)}; check the config.json.")
+        positive = ("hidden_size", "num_layers", "vocab_size")
+        if not self.layer_specs:
+            positive += ("num_heads", "num_kv_heads", "head_dim")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise InputError(f"model '{self.name}': {name} must be a positive whole number, "
+                                 f"got {value!r}; check the config.json.")
+        layers = self.layer_specs
+        if not layers:
+            self._check_uniform()
+            layers = uniform_layers(self)
+        object.__setattr__(self, "_layers", layers)
+        if len(self.layers) != self.num_layers:
+            raise InputError(f"model '{self.name}': {len(self.layers)} layer descriptions for "
+                             f"{self.num_layers} layers.")
+        for layer in (*self.layers, *self.mtp_layers):
+            _check_layer(self.name, layer)
+        object.__setattr__(self, "_groups", _group(self.layers))
+
+    def _check_uniform(self) -> None:
         if self.num_heads % self.num_kv_heads:
             raise InputError(f"model '{self.name}': {self.num_heads} attention heads are not "
                              f"a multiple of {self.num_kv_heads} KV heads.")
@@ -75,19 +294,45 @@ class ModelSpec:
             if per_layer and len(per_layer) != self.num_layers:
                 raise InputError(f"model '{self.name}': {name} lists {len(per_layer)} layers "
                                  f"but the model has {self.num_layers}.")
-        if self.is_moe and not (0 < self.experts_per_token <= self.num_experts):
+        if self.num_experts and not (0 < self.experts_per_token <= self.num_experts):
             raise InputError(f"model '{self.name}': experts per token must be in "
                              f"1..{self.num_experts}, got {self.experts_per_token}.")
-        if self.is_sliding_any and not self.sliding_window:
+        if "sliding" in self.layer_types and not self.sliding_window:
             raise InputError(f"model '{self.name}': sliding layers need a sliding_window.")
+
+    # ---- views over the layers ----
+
+    @property
+    def layers(self) -> tuple[Layer, ...]:
+        return self._layers
+
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        return self._groups
+
+    @property
+    def mixers(self) -> tuple[Mixer, ...]:
+        return tuple(layer.mixer for layer in self.layers if layer.mixer is not None)
 
     @property
     def is_moe(self) -> bool:
-        return self.num_experts > 0
+        return any(isinstance(layer.mlp, MoE) for layer in self.layers)
 
     @property
     def is_mla(self) -> bool:
-        return self.kv_lora_rank > 0
+        return any(isinstance(m, LatentAttention) for m in self.mixers)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layers hold a fixed recurrent state instead of a KV cache."""
+        return any(isinstance(m, LinearAttention | Mamba2) for m in self.mixers)
+
+    @property
+    def is_uniform_transformer(self) -> bool:
+        """Every layer has softmax attention (or MLA) and an MLP: what the reference
+        transformer builds."""
+        return all(isinstance(layer.mixer, Attention | LatentAttention) and layer.mlp is not None
+                   and not isinstance(layer.mlp, LinearMLP) for layer in self.layers)
 
     @property
     def is_sliding_any(self) -> bool:
@@ -96,29 +341,64 @@ class ModelSpec:
     @property
     def qk_head_dim(self) -> int:
         """Query/key width per head: nope + rope parts for MLA, head_dim otherwise."""
-        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.kv_lora_rank else self.head_dim
 
     @property
     def value_head_dim(self) -> int:
-        return self.v_head_dim if self.is_mla else self.head_dim
+        return self.v_head_dim if self.kv_lora_rank else self.head_dim
 
     def layer_attention(self, index: int) -> str:
         return self.layer_types[index] if self.layer_types else "full"
 
     def layer_is_moe(self, index: int) -> bool:
-        if not self.is_moe:
-            return False
-        return self.moe_layers[index] if self.moe_layers else True
-
-    @property
-    def layer_groups(self) -> tuple[LayerGroup, ...]:
-        return _layer_groups(self)
+        return isinstance(self.layers[index].mlp, MoE)
 
 
-@lru_cache(maxsize=512)
-def _layer_groups(model: ModelSpec) -> tuple[LayerGroup, ...]:
-    counts: dict[tuple[str, str], int] = {}
+def uniform_layers(model: ModelSpec) -> tuple[Layer, ...]:
+    """The layers of a model described by its uniform fields."""
+    layers = []
     for index in range(model.num_layers):
-        key = (model.layer_attention(index), "moe" if model.layer_is_moe(index) else "dense")
-        counts[key] = counts.get(key, 0) + 1
-    return tuple(LayerGroup(attention, mlp, count) for (attention, mlp), count in counts.items())
+        window = model.sliding_window if model.layer_attention(index) == "sliding" else None
+        mixer: Mixer
+        if model.kv_lora_rank:
+            mixer = LatentAttention(model.num_heads, model.q_lora_rank, model.kv_lora_rank,
+                                    model.qk_rope_head_dim, model.qk_nope_head_dim,
+                                    model.v_head_dim)
+        else:
+            mixer = Attention(model.num_heads, model.num_kv_heads, model.head_dim, window=window)
+        sparse = model.num_experts and (model.moe_layers[index] if model.moe_layers else True)
+        mlp: MLP = (MoE(model.num_experts, model.experts_per_token, model.moe_intermediate_size,
+                        model.shared_expert_intermediate_size, model.gated_mlp)
+                    if sparse else DenseMLP(model.intermediate_size, model.gated_mlp))
+        layers.append(Layer(mixer, mlp))
+    return tuple(layers)
+
+
+def _group(layers: tuple[Layer, ...]) -> tuple[LayerGroup, ...]:
+    counts: dict[Layer, int] = {}
+    for layer in layers:
+        counts[layer] = counts.get(layer, 0) + 1
+    return tuple(LayerGroup(layer, count) for layer, count in counts.items())
+
+
+def _check_layer(name: str, layer: Layer) -> None:
+    """Every width of a layer is a positive whole number; heads divide as attention needs."""
+    for part in (layer.mixer, layer.mlp):
+        if part is None:
+            continue
+        for key in part.__dataclass_fields__:
+            value = getattr(part, key)
+            if isinstance(value, bool) or value is None or isinstance(value, str):
+                continue
+            if not isinstance(value, int) or value < 0:
+                raise InputError(f"model '{name}': {type(part).__name__}.{key} must be a "
+                                 f"non-negative whole number, got {value!r}; check the config.json.")
+    mixer = layer.mixer
+    if isinstance(mixer, Attention):
+        if min(mixer.heads, mixer.kv_heads, mixer.head_dim) <= 0 or mixer.heads % mixer.kv_heads:
+            raise InputError(f"model '{name}': attention with {mixer.heads} heads, "
+                             f"{mixer.kv_heads} KV heads and head size {mixer.head_dim} is not "
+                             "possible (heads must be a positive multiple of KV heads).")
+    if isinstance(layer.mlp, MoE) and not 0 < layer.mlp.top_k <= layer.mlp.experts:
+        raise InputError(f"model '{name}': experts per token must be in 1..{layer.mlp.experts}, "
+                         f"got {layer.mlp.top_k}.")

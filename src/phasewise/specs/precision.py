@@ -9,8 +9,15 @@ format, so their math format is the activation's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from phasewise.errors import InputError, nearest_hint
+
+MODULE_CLASSES = ("embed", "attention", "mlp", "experts", "lm_head")
+# A format given as "auto" is the checkpoint's own (Precision.for_model); a checkpoint that
+# declares none is bf16.
+CHECKPOINT = "auto"
+UNQUANTIZED = "bf16"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +69,9 @@ FORMATS: dict[str, NumberFormat] = {
         NumberFormat("bf16", 16, "bf16", "bfloat16"),
         NumberFormat("fp16", 16, "fp16", "IEEE 754 binary16"),
         NumberFormat("fp8", 8, "fp8", "OCP FP8 (e4m3/e5m2); per-tensor scales negligible"),
+        NumberFormat("fp8_block", 8 + 32 / (128 * 128), "fp8",
+                     "FP8 e4m3 with one fp32 scale per 128×128 block (DeepSeek-V3's "
+                     "quantization_config weight_block_size [128, 128])"),
         NumberFormat("int8", 8, "int8", "8-bit integer; per-channel scales negligible"),
         NumberFormat("fp4", 4.25, "fp4", "MXFP4: 32 e2m1 values share one 8-bit scale (OCP MX spec)"),
         NumberFormat("nvfp4", 4.5, "fp4", "NVFP4: 16 e2m1 values share one fp8 scale"),
@@ -136,17 +146,32 @@ class Precision:
     ``kv_keep`` is the fraction of each sequence's cached tokens the KV cache keeps
     (eviction or compression in the style of H2O and SnapKV): the cache holds that fraction,
     and a step reads and attends to it; 1 keeps everything.
+
+    ``module_weights`` gives some module classes ("embed", "attention", "mlp", "experts",
+    "lm_head") a format of their own, as a checkpoint's quantization_config does (NVFP4
+    experts beside bf16 attention); the others take ``weights``. ``source`` says where the
+    formats came from.
     """
 
-    weights: str = "bf16"
+    weights: str = CHECKPOINT
     activations: str = "bf16"
-    kv_cache: str = "bf16"
+    kv_cache: str = CHECKPOINT
     kv_keep: float = 1.0
+    module_weights: tuple[tuple[str, str], ...] = ()
+    source: str = ""
 
     def __post_init__(self) -> None:
         for field in ("weights", "activations", "kv_cache"):
-            canonical = number_format(getattr(self, field)).name
-            object.__setattr__(self, field, canonical)
+            value = getattr(self, field)
+            if field != "activations" and value == CHECKPOINT:
+                continue
+            object.__setattr__(self, field, number_format(value).name)
+        modules = tuple((cls, number_format(fmt).name) for cls, fmt in self.module_weights)
+        unknown = [cls for cls, _ in modules if cls not in MODULE_CLASSES]
+        if unknown:
+            raise InputError(f"unknown module class {unknown[0]!r} in module_weights; known: "
+                             f"{', '.join(MODULE_CLASSES)}.")
+        object.__setattr__(self, "module_weights", modules)
         if number_format(self.activations).math_format is None:
             raise InputError(
                 f"activations cannot be stored in the weight-only format '{self.activations}'; "
@@ -156,21 +181,59 @@ class Precision:
             raise InputError(f"--kv-keep {self.kv_keep} is not a fraction of the cache; give a "
                              "number in (0, 1], e.g. 0.25 to keep a quarter of cached tokens.")
 
+    def for_model(self, model: Any) -> Precision:
+        """These formats with ``auto`` replaced by the checkpoint's own (``model.checkpoint``,
+        a ``CheckpointFormats``): its format per module class and its KV-cache format, else
+        bf16. Explicit formats win over the checkpoint's."""
+        if self.weights != CHECKPOINT and self.kv_cache != CHECKPOINT:
+            return self
+        checkpoint = getattr(model, "checkpoint", None)
+        weights, modules, source = self.weights, self.module_weights, self.source
+        if weights == CHECKPOINT:
+            weights, modules, source = UNQUANTIZED, (), "bf16 (the checkpoint declares no format)"
+            if checkpoint is not None:
+                modules = tuple(checkpoint.weights)
+                weights = dict(modules).get("experts") if model.is_moe else None
+                weights = weights or dict(modules).get("mlp") or UNQUANTIZED
+                source = checkpoint.source
+        kv = self.kv_cache
+        if kv == CHECKPOINT:
+            kv = (checkpoint.kv_cache if checkpoint is not None else None) or UNQUANTIZED
+        return Precision(weights, self.activations, kv, self.kv_keep, modules, source)
+
+    @property
+    def _weights_format(self) -> NumberFormat:
+        return number_format(UNQUANTIZED if self.weights == CHECKPOINT else self.weights)
+
     @property
     def weight_bytes(self) -> float:
-        return number_format(self.weights).bytes_per_element
+        return self._weights_format.bytes_per_element
+
+    def weight_format_for(self, module_class: str) -> str:
+        """The format of ``module_class``'s weights: its own, else ``weights``."""
+        return dict(self.module_weights).get(module_class, self.weights)
+
+    def weight_bytes_for(self, module_class: str) -> float:
+        """Bytes per weight of ``module_class``; routed experts of a file type that stores
+        them apart (MXFP4_MOE) take that file type's expert format."""
+        own = dict(self.module_weights).get(module_class)
+        if own is not None:
+            return number_format(own).bytes_per_element
+        if module_class == "experts":
+            return self.expert_weight_bytes
+        return self.weight_bytes
 
     @property
     def expert_weight_bytes(self) -> float:
         """Bytes per routed-expert weight: the weights' own, unless their format is a file
         type that stores the experts apart (MXFP4_MOE)."""
-        return number_format(self.weights).expert_bytes_per_element
+        return self._weights_format.expert_bytes_per_element
 
     @property
     def expert_block_format(self) -> str:
         """The block format of routed experts a file type stores apart ('MXFP4' for
         MXFP4_MOE), '' otherwise."""
-        return number_format(self.weights).expert_block_format
+        return self._weights_format.expert_block_format
 
     @property
     def activation_bytes(self) -> float:
@@ -178,7 +241,8 @@ class Precision:
 
     @property
     def kv_bytes(self) -> float:
-        return number_format(self.kv_cache).bytes_per_element
+        return number_format(UNQUANTIZED if self.kv_cache == CHECKPOINT
+                             else self.kv_cache).bytes_per_element
 
     def kept_tokens(self, cached_tokens: int) -> int:
         """Cached tokens the KV cache holds after eviction: round(kv_keep × cached)."""
@@ -187,7 +251,7 @@ class Precision:
     @property
     def math_format(self) -> str:
         """The peak-FLOP/s column GEMMs run at: fp8 only when weights and activations both are."""
-        weight_math = number_format(self.weights).math_format
+        weight_math = self._weights_format.math_format
         act_math = number_format(self.activations).math_format
         if weight_math in ("fp8", "int8", "fp4") and act_math == weight_math:
             return weight_math

@@ -1,0 +1,310 @@
+"""Per-layer readers: the config keys that give a model layers of different kinds.
+
+Each reader returns the layers (``specs.model.Layer``) for one way a published config
+describes them, or None when the config does not use that way; ``per_layer`` tries them in
+turn. A uniform decoder (every layer the same attention, dense or MoE by a simple rule)
+needs none of these: the uniform fields describe it.
+
+Layer kinds follow the engines that run these models: vLLM's and SGLang's Nemotron-H build
+a layer per character of ``hybrid_override_pattern`` (M mamba, * attention, - MLP, E MoE);
+Qwen3-Next and Qwen3.5 alternate ``linear_attention`` and ``full_attention`` per
+``layer_types``; Llama-4 interleaves dense and MoE layers and chunked and global attention;
+Nemotron NAS models (DeciLM) list a ``block_configs`` entry per layer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from phasewise.errors import InputError
+from phasewise.specs.model import (MLP, Attention, DenseMLP, LatentAttention, Layer,
+                                   LinearAttention, LinearMixer, LinearMLP, Mamba2, Mixer, MoE)
+
+# Activations of a plain (two-matrix) MLP: up, activation, down.
+UNGATED_ACTIVATIONS = {"relu2", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "gelu_fast"}
+# Llama-4 leaves every 4th layer without RoPE, global; the others attend in chunks
+# (transformers Llama4TextConfig: no_rope_layer_interval = 4).
+LLAMA4_NO_ROPE_INTERVAL = 4
+# Qwen3-Next: one full-attention layer every 4 (Qwen3NextConfig.full_attention_interval).
+QWEN3_NEXT_FULL_ATTENTION_INTERVAL = 4
+
+
+class Config(dict):
+    """A config.json mapping that records which keys the reader looked at, so the keys it
+    never read can be named in a warning."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        super().__init__(raw)
+        self.read: set[str] = set()
+        self.num_layers = 0  # the layer count the reader settled on
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return super().__contains__(key)
+
+
+def whole(cfg: Config, key: str, default: int | None = None, *, name: str = "") -> int:
+    """A positive whole number from the config, or a clear error."""
+    value = cfg.get(key, default)
+    if value is None:
+        raise InputError(f"{name}: config.json lacks {key}, which this architecture needs.")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value != int(value) or value < 0:
+        raise InputError(f"{name}: config.json's {key} must be a whole number, got {value!r}.")
+    return int(value)
+
+
+def attention(cfg: Config, name: str, *, window: int | None = None, chunk: int | None = None,
+              gated: bool = False) -> Attention:
+    heads = whole(cfg, "num_attention_heads", name=name)
+    kv = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") \
+        or whole(cfg, "hidden_size", name=name) // heads
+    return Attention(heads, int(kv), int(head_dim), window=window, chunk=chunk, gated=gated)
+
+
+def latent_attention(cfg: Config, name: str) -> LatentAttention:
+    return LatentAttention(
+        whole(cfg, "num_attention_heads", name=name), int(cfg.get("q_lora_rank") or 0),
+        whole(cfg, "kv_lora_rank", name=name), whole(cfg, "qk_rope_head_dim", name=name),
+        whole(cfg, "qk_nope_head_dim", name=name), whole(cfg, "v_head_dim", name=name),
+        index_topk=int(cfg.get("index_topk") or 0),
+        index_heads=int(cfg.get("index_n_heads") or 0) if cfg.get("index_topk") else 0,
+        index_head_dim=int(cfg.get("index_head_dim") or 0) if cfg.get("index_topk") else 0)
+
+
+def softmax_mixer(cfg: Config, name: str, **kw: Any) -> Mixer:
+    if cfg.get("kv_lora_rank"):
+        return latent_attention(cfg, name)
+    return attention(cfg, name, **kw)
+
+
+def gated(cfg: Config, model_type: str) -> bool:
+    act = str(cfg.get("mlp_hidden_act") or cfg.get("hidden_act") or "silu")
+    return not (model_type in {"nemotron_h"} or act in {"relu2"})
+
+
+def moe(cfg: Config, name: str, *, is_gated: bool) -> MoE:
+    experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") \
+        or cfg.get("num_experts") or cfg.get("moe_num_experts")
+    top_k = cfg.get("num_experts_per_tok") or cfg.get("moe_topk") \
+        or cfg.get("num_experts_per_token") or cfg.get("top_k_experts")
+    if not experts or not top_k:
+        raise InputError(f"{name}: a MoE layer needs the expert count and experts per token "
+                         "(n_routed_experts / num_experts, num_experts_per_tok).")
+    width = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
+    shared = cfg.get("moe_shared_expert_intermediate_size") \
+        or cfg.get("shared_expert_intermediate_size") or 0
+    if not shared and cfg.get("n_shared_experts"):
+        shared = int(cfg["n_shared_experts"]) * int(width)
+    return MoE(int(experts), int(top_k), int(width), int(shared), is_gated,
+               latent_size=int(cfg.get("moe_latent_size") or 0))
+
+
+def nemotron_h_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Nemotron-H and Nemotron-3: one block per character of ``hybrid_override_pattern``, or
+    per entry of ``layers_block_type`` — a Mamba-2 mixer, attention, a relu² MLP or a MoE."""
+    pattern = cfg.get("hybrid_override_pattern")
+    kinds: list[str]
+    if isinstance(pattern, str) and pattern:
+        table = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+        unknown = sorted(set(pattern) - set(table))
+        if unknown:
+            raise InputError(f"{name}: hybrid_override_pattern has unknown block kinds "
+                             f"{unknown}; phasewise knows M (Mamba-2), * (attention), - (MLP) "
+                             "and E (MoE).")
+        kinds = [table[c] for c in pattern]
+    elif isinstance(cfg.get("layers_block_type"), list):
+        kinds = [str(k).lower() for k in cfg["layers_block_type"]]
+    else:
+        return None
+    mamba = Mamba2(whole(cfg, "mamba_num_heads", name=name), whole(cfg, "mamba_head_dim", name=name),
+                   whole(cfg, "ssm_state_size", name=name), whole(cfg, "n_groups", 1, name=name),
+                   whole(cfg, "conv_kernel", 4, name=name))
+    is_gated = gated(cfg, "nemotron_h")
+    layers = []
+    for kind in kinds:
+        if kind == "mamba":
+            layers.append(Layer(mamba, None))
+        elif kind == "attention":
+            layers.append(Layer(attention(cfg, name), None))
+        elif kind == "mlp":
+            layers.append(Layer(None, DenseMLP(whole(cfg, "intermediate_size", name=name),
+                                               is_gated)))
+        elif kind == "moe":
+            layers.append(Layer(None, moe(cfg, name, is_gated=is_gated)))
+        else:
+            raise InputError(f"{name}: unknown layer kind {kind!r} in layers_block_type; "
+                             "phasewise knows mamba, attention, mlp and moe.")
+    return tuple(layers)
+
+
+def _dense_or_moe(cfg: Config, name: str, index: int, sparse: tuple[bool, ...],
+                  dense_width: int, is_gated: bool) -> MLP:
+    if sparse and sparse[index]:
+        return moe(cfg, name, is_gated=is_gated)
+    return DenseMLP(dense_width, is_gated)
+
+
+def qwen3_next_layers(cfg: Config, name: str, sparse: tuple[bool, ...]) -> tuple[Layer, ...] | None:
+    """Qwen3-Next / Qwen3.5: Gated DeltaNet layers with a gated full-attention layer every
+    ``full_attention_interval`` (or as ``layer_types`` lists them)."""
+    types = cfg.get("layer_types")
+    layers_n = cfg.num_layers
+    if isinstance(types, list) and any("linear" in str(t) for t in types):
+        linear = ["linear" in str(t) for t in types]
+    elif cfg.get("linear_num_value_heads") and cfg.get("full_attention_interval") is not None:
+        interval = whole(cfg, "full_attention_interval", QWEN3_NEXT_FULL_ATTENTION_INTERVAL,
+                         name=name)
+        linear = [(i + 1) % interval != 0 for i in range(layers_n)]
+    else:
+        return None
+    delta = LinearAttention(whole(cfg, "linear_num_key_heads", name=name),
+                            whole(cfg, "linear_num_value_heads", name=name),
+                            whole(cfg, "linear_key_head_dim", name=name),
+                            whole(cfg, "linear_value_head_dim", name=name),
+                            whole(cfg, "linear_conv_kernel_dim", 4, name=name))
+    full = attention(cfg, name, gated=bool(cfg.get("attn_output_gate", True)))
+    dense_width = int(cfg.get("intermediate_size") or 0)
+    return tuple(Layer(delta if is_linear else full,
+                       _dense_or_moe(cfg, name, i, sparse, dense_width, True))
+                 for i, is_linear in enumerate(linear))
+
+
+def kimi_linear_layers(cfg: Config, name: str, sparse: tuple[bool, ...]) -> tuple[Layer, ...] | None:
+    """Kimi Linear: Kimi Delta Attention layers and MLA layers, as ``linear_attn_config``
+    lists them (1-based layer numbers)."""
+    linear_cfg = cfg.get("linear_attn_config")
+    if not isinstance(linear_cfg, dict):
+        return None
+    layers_n = cfg.num_layers
+    kda = {int(i) - 1 for i in linear_cfg.get("kda_layers") or ()}
+    heads, head_dim = int(linear_cfg.get("num_heads") or 0), int(linear_cfg.get("head_dim") or 0)
+    if not heads or not head_dim:
+        raise InputError(f"{name}: linear_attn_config needs num_heads and head_dim.")
+    delta = LinearAttention(heads, heads, head_dim, head_dim,
+                            int(linear_cfg.get("short_conv_kernel_size") or 4), "kda")
+    full = softmax_mixer(cfg, name)
+    dense_width = int(cfg.get("intermediate_size") or 0)
+    return tuple(Layer(delta if i in kda else full,
+                       _dense_or_moe(cfg, name, i, sparse, dense_width, True))
+                 for i in range(layers_n))
+
+
+def llama4_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Llama-4: MoE every ``interleave_moe_layer_step`` layers (or as ``moe_layers`` lists),
+    each MoE with a shared expert as wide as one routed expert, dense layers of
+    ``intermediate_size_mlp``; RoPE layers attend in chunks of ``attention_chunk_size``,
+    the NoPE layers (``no_rope_layers`` 0) globally."""
+    if cfg.get("interleave_moe_layer_step") is None and cfg.get("intermediate_size_mlp") is None:
+        return None
+    n = cfg.num_layers
+    listed = cfg.get("moe_layers")
+    if isinstance(listed, list):
+        moe_set = {int(i) for i in listed}
+    else:
+        step = whole(cfg, "interleave_moe_layer_step", 1, name=name)
+        moe_set = {i for i in range(n) if step and (i + 1) % step == 0}
+    no_rope = cfg.get("no_rope_layers")
+    if not isinstance(no_rope, list) or len(no_rope) != n:
+        no_rope = [int((i + 1) % LLAMA4_NO_ROPE_INTERVAL != 0) for i in range(n)]
+    chunk = cfg.get("attention_chunk_size")
+    experts = MoE(whole(cfg, "num_local_experts", name=name),
+                  whole(cfg, "num_experts_per_tok", name=name),
+                  whole(cfg, "intermediate_size", name=name),
+                  shared_width=whole(cfg, "intermediate_size", name=name))
+    dense = DenseMLP(whole(cfg, "intermediate_size_mlp", name=name))
+    layers = []
+    for i in range(n):
+        mixer = attention(cfg, name, chunk=int(chunk) if chunk and no_rope[i] else None)
+        layers.append(Layer(mixer, experts if i in moe_set else dense))
+    return tuple(layers)
+
+
+def _ffn_width(ffn_mult: float, hidden: int) -> int:
+    """DeciLM's _ffn_mult_to_intermediate_size: int(2·mult·hidden/3) rounded up to 256."""
+    width = int(2 * ffn_mult * hidden / 3)
+    return -(-width // 256) * 256
+
+
+def nas_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Nemotron NAS (DeciLM): per block, attention with its own KV-head grouping, skipped
+    (``no_op``) or replaced by a linear map, and an FFN of its own width (``ffn_mult``)."""
+    blocks = cfg.get("block_configs")
+    if not isinstance(blocks, list):
+        return None
+    hidden = whole(cfg, "hidden_size", name=name)
+    heads = whole(cfg, "num_attention_heads", name=name)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    layers = []
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            raise InputError(f"{name}: block_configs[{index}] is not an object.")
+        att, ffn = block.get("attention") or {}, block.get("ffn") or {}
+        mixer: Mixer | None
+        if att.get("no_op"):
+            mixer = None
+        elif att.get("replace_with_linear"):
+            mixer = LinearMixer()
+        else:
+            kv = att.get("num_key_value_heads") or heads // int(att.get("n_heads_in_group") or 1)
+            mixer = Attention(heads, int(kv), head_dim,
+                              window=int(att["window_length"]) if att.get("window_length") else None)
+        mlp: MLP | None
+        if ffn.get("no_op"):
+            mlp = None
+        elif ffn.get("replace_with_linear"):
+            mlp = LinearMLP()
+        else:
+            width = ffn.get("intermediate_size") or _ffn_width(float(ffn.get("ffn_mult") or 0), hidden)
+            mlp = DenseMLP(int(width))
+        layers.append(Layer(mixer, mlp))
+    return tuple(layers)
+
+
+def swa_geometry_layers(cfg: Config, name: str, sparse: tuple[bool, ...],
+                        is_gated: bool) -> tuple[Layer, ...] | None:
+    """Sliding-window layers with their own head geometry (MiMo-V2-Flash's ``swa_*`` keys) or
+    global layers with theirs (Gemma's ``global_head_dim``, ``num_global_key_value_heads``),
+    with the window pattern of ``layer_types`` / ``hybrid_layer_pattern``."""
+    swa_keys = ("swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim")
+    global_keys = ("global_head_dim", "num_global_key_value_heads")
+    if not any(cfg.get(k) for k in swa_keys + global_keys):
+        return None
+    n = cfg.num_layers
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    pattern = cfg.get("hybrid_layer_pattern")
+    if isinstance(types, list) and len(types) == n:
+        sliding = ["sliding" in str(t) for t in types]
+    elif isinstance(pattern, list) and len(pattern) == n:
+        sliding = [bool(p) for p in pattern]  # 1: sliding-window layer
+    else:
+        return None
+    base = attention(cfg, name)
+    swa = Attention(int(cfg.get("swa_num_attention_heads") or base.heads),
+                    int(cfg.get("swa_num_key_value_heads") or base.kv_heads),
+                    int(cfg.get("swa_head_dim") or base.head_dim),
+                    value_dim=int(cfg.get("swa_v_head_dim") or 0),
+                    window=int(window) if window else None)
+    full = Attention(base.heads, int(cfg.get("num_global_key_value_heads") or base.kv_heads),
+                     int(cfg.get("global_head_dim") or base.head_dim),
+                     value_dim=int(cfg.get("v_head_dim") or 0))
+    dense_width = int(cfg.get("intermediate_size") or 0)
+    if cfg.get("enable_moe_block"):  # Gemma-4: a dense MLP beside the experts in every layer
+        experts = moe(cfg, name, is_gated=is_gated)
+        beside = MoE(experts.experts, experts.top_k, experts.width, experts.shared_width,
+                     is_gated, dense_width=dense_width)
+        return tuple(Layer(swa if s else full, beside) for s in sliding)
+    return tuple(Layer(swa if s else full, _dense_or_moe(cfg, name, i, sparse, dense_width, is_gated))
+                 for i, s in enumerate(sliding))

@@ -1,0 +1,175 @@
+"""A checkpoint's own number formats: ``quantization_config`` in config.json, or ModelOpt's
+``hf_quant_config.json`` beside it, read into a format per module class.
+
+Module names the checkpoint excludes from quantization (``modules_to_not_convert``,
+``ignore``, ``exclude_modules``) keep the checkpoint's 16-bit type; they are mapped onto
+module classes by their names (``lm_head``, ``embed``, ``self_attn``/``attn``/``mixer``,
+``shared_expert``, ``mlp``/``experts``). Block scales count in each format's bits
+(``specs.precision.FORMATS``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from phasewise.specs.model import CheckpointFormats
+
+UNQUANTIZED = "bf16"
+# Formats the module classes take when a method quantizes "every linear layer": the embedding
+# is a lookup table, not a linear layer, and stays unquantized unless named.
+LINEAR_CLASSES = ("attention", "mlp", "experts", "lm_head")
+_CLASS_PATTERNS = (  # (regex over an excluded module name, module class), first match wins
+    (re.compile(r"lm_head|output_layer"), "lm_head"),
+    (re.compile(r"embed|wte|tok_embeddings"), "embed"),
+    (re.compile(r"shared_expert"), "mlp"),
+    (re.compile(r"self_attn|\battn\b|\.attn|attention|mixer|linear_attn|q_proj|kv_proj|o_proj"),
+     "attention"),
+    (re.compile(r"experts"), "experts"),
+    (re.compile(r"mlp|ffn|feed_forward"), "mlp"),
+)
+_ROUTER = re.compile(r"\bgate\b|router|\.gate$")
+
+
+def checkpoint_formats(quant: Any, sidecar: Any = None, *, moe: bool = False,
+                       num_layers: int = 0) -> tuple[CheckpointFormats | None, list[str]]:
+    """The checkpoint's formats and any notes on what could not be read."""
+    if isinstance(sidecar, dict) and isinstance(sidecar.get("quantization"), dict):
+        return _modelopt(sidecar["quantization"], "hf_quant_config.json", num_layers)
+    if not isinstance(quant, dict):
+        return None, []
+    method = str(quant.get("quant_method") or quant.get("quant_algo") or "").lower()
+    if method == "gguf":  # catalog.gguf_meta: the format each class's tensors are stored in
+        formats = dict(quant.get("formats") or {})
+        formats.setdefault("lm_head", formats.get("embed", UNQUANTIZED))
+        weights = tuple((cls, formats.get(cls, formats.get("mlp", UNQUANTIZED)))
+                        for cls in ("embed", *LINEAR_CLASSES))
+        return CheckpointFormats(weights, method="gguf", source="GGUF tensor types"), []
+    if method == "fp8":
+        fmt = "fp8_block" if quant.get("weight_block_size") else "fp8"
+        return _linear(fmt, quant.get("modules_to_not_convert") or quant.get("ignored_layers"),
+                       method, "quantization_config (fp8)", num_layers), []
+    if method == "mxfp4":
+        # gpt-oss: only the routed experts are stored as MXFP4.
+        classes = ("experts",) if moe else LINEAR_CLASSES
+        return _classes("fp4", classes, quant.get("modules_to_not_convert"), method,
+                        "quantization_config (mxfp4)", num_layers), []
+    if method == "modelopt":
+        return _modelopt(quant, "quantization_config (modelopt)", num_layers)
+    if method == "compressed-tensors":
+        return _compressed_tensors(quant, num_layers)
+    if method in ("awq", "gptq", "autoround", "auto-round"):
+        bits = int(quant.get("bits") or quant.get("w_bit") or 4)
+        fmt = {4: "int4", 8: "int8"}.get(bits)
+        if fmt is None:
+            return None, [f"{method} at {bits} bits is not a format phasewise knows; weights "
+                          "are sized as bf16 (give --weight-dtype)."]
+        return _linear(fmt, quant.get("modules_to_not_convert"), method,
+                       f"quantization_config ({method}, {bits}-bit)", num_layers), []
+    if method in ("bitsandbytes", "bnb"):
+        fmt = "int4" if quant.get("load_in_4bit") else "int8"
+        return _linear(fmt, quant.get("llm_int8_skip_modules"), method,
+                       "quantization_config (bitsandbytes)", num_layers), []
+    return None, [f"quantization method {method or '(unnamed)'!r} is not one phasewise reads; "
+                  "weights are sized as bf16 (give --weight-dtype for the real format)."]
+
+
+def _excluded_classes(excluded: Any, num_layers: int = 0) -> set[str]:
+    """Module classes whose modules a checkpoint keeps unquantized: a class counts as excluded
+    when a name maps onto it without a layer index (a wildcard), or when indexed names cover
+    at least half the layers (some checkpoints list every layer's attention)."""
+    classes: set[str] = set()
+    indexed: dict[str, set[str]] = {}
+    for module in excluded if isinstance(excluded, list) else ():
+        text = str(module)
+        if _ROUTER.search(text) and "experts" not in text:
+            continue  # routers are tiny and counted with the MLP class
+        for pattern, cls in _CLASS_PATTERNS:
+            if pattern.search(text):
+                index = re.search(r"layers\.(\d+)\.", text)
+                if index is None:
+                    classes.add(cls)
+                else:
+                    indexed.setdefault(cls, set()).add(index.group(1))
+                break
+    for cls, layers in indexed.items():
+        if num_layers and 2 * len(layers) >= num_layers:
+            classes.add(cls)
+    return classes
+
+
+def _classes(fmt: str, classes: tuple[str, ...], excluded: Any, method: str,
+             source: str, layers: int = 0) -> CheckpointFormats:
+    kept = _excluded_classes(excluded, layers)
+    weights = tuple((cls, UNQUANTIZED if cls in kept or cls not in classes else fmt)
+                    for cls in ("embed", *LINEAR_CLASSES))
+    return CheckpointFormats(weights, method=method, source=source)
+
+
+def _linear(fmt: str, excluded: Any, method: str, source: str, layers: int = 0) -> CheckpointFormats:
+    """Every linear layer but the LM head, which checkpoints keep in 16 bits unless a
+    method's list says otherwise."""
+    return _classes(fmt, ("attention", "mlp", "experts"), excluded, method, source, layers)
+
+
+def _modelopt(quant: dict[str, Any], where: str,
+              layers: int = 0) -> tuple[CheckpointFormats | None, list[str]]:
+    algo = str(quant.get("quant_algo") or "").upper()
+    fmt = {"NVFP4": "nvfp4", "FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
+           "FP8_BLOCK_SCALES": "fp8_block", "W4A16_AWQ": "int4", "W4A8_AWQ": "int4",
+           "MXFP4": "fp4", "NVFP4_AWQ": "nvfp4"}.get(algo)
+    if fmt is None and algo == "MIXED_PRECISION":
+        return _mixed(quant, where)
+    if fmt is None:
+        return None, [f"ModelOpt quant_algo {algo or '(none)'!r} is not one phasewise reads; "
+                      "weights are sized as bf16."]
+    formats = _linear(fmt, quant.get("exclude_modules") or quant.get("ignore"), "modelopt",
+                      f"{where} ({algo})", layers)
+    kv = _kv_format(quant.get("kv_cache_quant_algo"))
+    return CheckpointFormats(formats.weights, kv, formats.method, formats.source), []
+
+
+def _mixed(quant: dict[str, Any], where: str) -> tuple[CheckpointFormats, list[str]]:
+    """ModelOpt MIXED_PRECISION: ``quantized_layers`` gives each module its algorithm; a class
+    takes the algorithm most of its modules use."""
+    votes: dict[str, dict[str, int]] = {}
+    for module, entry in (quant.get("quantized_layers") or {}).items():
+        algo = str((entry or {}).get("quant_algo") or "").upper()
+        fmt = {"NVFP4": "nvfp4", "FP8": "fp8", "W4A16_AWQ": "int4"}.get(algo)
+        if fmt is None:
+            continue
+        cls = next((c for p, c in _CLASS_PATTERNS if p.search(module)), "mlp")
+        votes.setdefault(cls, {}).setdefault(fmt, 0)
+        votes[cls][fmt] += 1
+    weights = tuple((cls, max(votes[cls], key=votes[cls].get) if cls in votes else UNQUANTIZED)
+                    for cls in ("embed", *LINEAR_CLASSES))
+    return CheckpointFormats(weights, _kv_format(quant.get("kv_cache_quant_algo")), "modelopt",
+                             f"{where} (MIXED_PRECISION, the majority format per class)"), []
+
+
+def _kv_format(algo: Any) -> str | None:
+    return {"FP8": "fp8", "NVFP4": "nvfp4"}.get(str(algo or "").upper())
+
+
+def _compressed_tensors(quant: dict[str, Any],
+                        layers: int = 0) -> tuple[CheckpointFormats | None, list[str]]:
+    """compressed-tensors: the first config group's weight scheme (num_bits, type, group
+    size) for its targets (Linear), the ``ignore`` list, and ``kv_cache_scheme``."""
+    groups = quant.get("config_groups") or {}
+    scheme = next(iter(groups.values()), None) if isinstance(groups, dict) else None
+    weights = (scheme or {}).get("weights") or {}
+    bits, kind = weights.get("num_bits"), str(weights.get("type") or "int")
+    group = weights.get("group_size")
+    fmt = None
+    if bits == 8:
+        fmt = "fp8" if kind == "float" else "int8"
+    elif bits == 4:
+        fmt = ("nvfp4" if group == 16 else "fp4") if kind == "float" else "int4"
+    if fmt is None:
+        return None, [f"compressed-tensors weights of {bits} bits ({kind}) are not a format "
+                      "phasewise reads; weights are sized as bf16."]
+    formats = _linear(fmt, quant.get("ignore"), "compressed-tensors",
+                      f"quantization_config (compressed-tensors, {bits}-bit {kind})", layers)
+    kv_scheme = quant.get("kv_cache_scheme") or {}
+    kv = "fp8" if kv_scheme.get("num_bits") == 8 and kv_scheme.get("type") == "float" else None
+    return CheckpointFormats(formats.weights, kv, formats.method, formats.source), []
