@@ -98,7 +98,7 @@ def check_parallelism(model: ModelSpec, par: Parallelism) -> None:
         kv = getattr(mixer, "kv_heads", None)
         if kv and kv % tp and tp % kv:
             raise InputError(f"--tp {tp} and {kv} KV heads: one must divide the other.")
-    moes = [layer.mlp for layer in model.layers if isinstance(layer.mlp, MoE)]
+    moes = [g.layer.mlp for g in model.layer_groups if isinstance(g.layer.mlp, MoE)]
     if par.ep > 1 and not moes:
         raise InputError(f"--ep {par.ep} needs a mixture-of-experts model; {model.name} is dense.")
     for mlp in moes:

@@ -23,6 +23,7 @@ from torch import nn
 
 from phasewise.ledger.build import MLA_ABSORBED_MAX_QUERY_TOKENS
 from phasewise.specs import ModelSpec
+from phasewise.specs.model import uniform_layers
 
 # Models whose Hugging Face implementation adds a bias to the Q, K and V projections.
 QKV_BIAS_MODEL_TYPES = ("qwen2", "qwen2_moe")
@@ -369,6 +370,13 @@ class Transformer(nn.Module):
 
             raise InputError(f"model '{spec.name}': activation '{spec.hidden_act}' is not one "
                              f"of {', '.join(ACTIVATIONS)}.")
+        if spec.layers != uniform_layers(spec):
+            from phasewise.errors import InputError
+
+            raise InputError(f"model '{spec.name}': the reference transformer builds decoders "
+                             "whose layers share one geometry; this model's layers differ "
+                             f"({', '.join(sorted({g.label for g in spec.layer_groups}))}), so "
+                             "profile it with --model set to a uniform model.")
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(Block(spec, i) for i in range(spec.num_layers))

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from phasewise.errors import InputError
 from phasewise.estimate.core import reserve_bytes
-from phasewise.ledger import (activation_bytes_per_device, kv_cache_bytes_per_device,
-                              weight_bytes_per_device)
+from phasewise.ledger import activation_bytes_per_device, weight_bytes_per_device
+from phasewise.ledger.memory import kv_bytes_per_token_per_device, state_bytes_per_device
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 
 # vLLM's default page (block) size for the paged KV cache, in tokens.
@@ -18,6 +18,8 @@ DEFAULT_BLOCK_TOKENS = 16
 # vLLM's block manager admits a prompt only if 1% of the blocks stay free afterwards
 # (BlockSpaceManager watermark=0.01), so running sequences have room to grow.
 ADMISSION_WATERMARK = 0.01
+# Blocks of a model whose layers hold no KV cache at all: memory never limits them.
+UNBOUNDED_BLOCKS = 1 << 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +61,17 @@ def kv_capacity(model: ModelSpec, hardware: HardwareSpec, precision: Precision,
     activations = activation_bytes_per_device(model, precision, parallelism,
                                               tokens=max_batched_tokens, logit_tokens=max_seqs)
     reserve = reserve_bytes(hardware)
-    per_token = kv_cache_bytes_per_device(model, precision, parallelism, sequences=1,
-                                          context_tokens=1)
+    per_token = kv_bytes_per_token_per_device(model, precision, parallelism)
     if draft is not None:
         weights, per_token = weights + draft[0], per_token + draft[1]
-    room = hardware.memory_bytes - weights - activations - reserve
-    blocks = int(room // (block_tokens * per_token)) if room > 0 else 0
+    # SSM and linear-attention layers hold a fixed state per running sequence, reserved up
+    # front for max_seqs sequences as vLLM's hybrid allocator does (one state slot each).
+    state = max_seqs * state_bytes_per_device(model, precision, parallelism)
+    room = hardware.memory_bytes - weights - activations - reserve - state
+    if per_token <= 0:  # no layer keeps a KV cache (a pure state-space model): never binds
+        blocks = UNBOUNDED_BLOCKS if room > 0 else 0
+    else:
+        blocks = int(room // (block_tokens * per_token)) if room > 0 else 0
     if blocks < 1:
         raise InputError(
             f"{model.name} does not fit on {hardware.display_name} with tp={parallelism.tp}: "

@@ -312,11 +312,12 @@ class ModelSpec:
 
     @property
     def mixers(self) -> tuple[Mixer, ...]:
-        return tuple(layer.mixer for layer in self.layers if layer.mixer is not None)
+        """The distinct token mixers, one per layer group."""
+        return tuple(g.layer.mixer for g in self._groups if g.layer.mixer is not None)
 
     @property
     def is_moe(self) -> bool:
-        return any(isinstance(layer.mlp, MoE) for layer in self.layers)
+        return any(isinstance(g.layer.mlp, MoE) for g in self._groups)
 
     @property
     def is_mla(self) -> bool:
@@ -331,8 +332,8 @@ class ModelSpec:
     def is_uniform_transformer(self) -> bool:
         """Every layer has softmax attention (or MLA) and an MLP: what the reference
         transformer builds."""
-        return all(isinstance(layer.mixer, Attention | LatentAttention) and layer.mlp is not None
-                   and not isinstance(layer.mlp, LinearMLP) for layer in self.layers)
+        return all(isinstance(g.layer.mixer, Attention | LatentAttention) and g.layer.mlp is not None
+                   and not isinstance(g.layer.mlp, LinearMLP) for g in self._groups)
 
     @property
     def is_sliding_any(self) -> bool:

@@ -8,7 +8,7 @@ format, so their math format is the activation's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from phasewise.errors import InputError, nearest_hint
@@ -159,6 +159,8 @@ class Precision:
     kv_keep: float = 1.0
     module_weights: tuple[tuple[str, str], ...] = ()
     source: str = ""
+    _class_bytes: dict[str, float] = field(default_factory=dict, init=False, repr=False,
+                                           compare=False)
 
     def __post_init__(self) -> None:
         for field in ("weights", "activations", "kv_cache"):
@@ -172,6 +174,11 @@ class Precision:
             raise InputError(f"unknown module class {unknown[0]!r} in module_weights; known: "
                              f"{', '.join(MODULE_CLASSES)}.")
         object.__setattr__(self, "module_weights", modules)
+        own = dict(modules)
+        object.__setattr__(self, "_class_bytes", {
+            cls: (number_format(own[cls]).bytes_per_element if cls in own
+                  else self.expert_weight_bytes if cls == "experts" else self.weight_bytes)
+            for cls in MODULE_CLASSES})
         if number_format(self.activations).math_format is None:
             raise InputError(
                 f"activations cannot be stored in the weight-only format '{self.activations}'; "
@@ -216,12 +223,7 @@ class Precision:
     def weight_bytes_for(self, module_class: str) -> float:
         """Bytes per weight of ``module_class``; routed experts of a file type that stores
         them apart (MXFP4_MOE) take that file type's expert format."""
-        own = dict(self.module_weights).get(module_class)
-        if own is not None:
-            return number_format(own).bytes_per_element
-        if module_class == "experts":
-            return self.expert_weight_bytes
-        return self.weight_bytes
+        return self._class_bytes[module_class]
 
     @property
     def expert_weight_bytes(self) -> float:
