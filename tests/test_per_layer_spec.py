@@ -237,3 +237,21 @@ def test_a_file_that_is_not_gguf_is_refused(tmp_path):
     bad.write_bytes(b"NOTGGUF" + b"\0" * 64)
     with pytest.raises(InputError, match="not a GGUF file"):
         load_model(str(bad))
+
+
+def test_mtp_layers_are_counted_apart_and_serve_as_the_draft_head():
+    from phasewise.catalog import load_model
+    from phasewise.estimate.speculative import mtp_draft
+
+    v3 = load_model("deepseek-v3")  # num_nextn_predict_layers = 1
+    assert len(v3.mtp_layers) == 1
+    counts = param_counts(v3)
+    # DeepSeek-V3's card: 671 B main model + 14 B MTP module = 685 B, where the 14 B count the
+    # module's own embedding and head copy (2 × 129,280 × 7,168 ≈ 1.85 B) that phasewise
+    # shares with the main model: 14 − 1.85 ≈ 12.1 B.
+    assert counts.total == pytest.approx(671e9, rel=0.01)
+    assert counts.mtp == pytest.approx(14e9 - 2 * 129_280 * 7_168, rel=0.05)
+    draft = mtp_draft(v3)
+    assert draft.num_layers == 1 and draft.layers == v3.mtp_layers
+    with pytest.raises(InputError, match="no MTP layers"):
+        mtp_draft(load_model("llama-3.1-8b"))

@@ -52,14 +52,30 @@ def catalog_models(
 
 
 def _attention_kind(spec) -> str:  # noqa: ANN001
-    kind = "MLA" if spec.is_mla else ("MHA" if spec.num_kv_heads == spec.num_heads else
-                                      "MQA" if spec.num_kv_heads == 1 else "GQA")
-    if spec.is_sliding_any:
-        sliding = sum(t == "sliding" for t in spec.layer_types)
-        kind += f" + sliding {spec.sliding_window} ({sliding}/{spec.num_layers} layers)"
-    if spec.is_moe:
-        kind += f", MoE {spec.experts_per_token}/{spec.num_experts}"
-    return kind
+    """The token mixers by kind with their layer counts, and the MoE shape."""
+    from phasewise.specs.model import Attention, LatentAttention, MoE
+
+    counts: dict[str, int] = {}
+    for group in spec.layer_groups:
+        mixer = group.layer.mixer
+        if isinstance(mixer, Attention):
+            kind = ("MHA" if mixer.kv_heads == mixer.heads else
+                    "MQA" if mixer.kv_heads == 1 else "GQA")
+            kind += f" sliding {mixer.window}" if mixer.window else ""
+            kind += f" chunked {mixer.chunk}" if mixer.chunk else ""
+        elif isinstance(mixer, LatentAttention):
+            kind = f"MLA sparse top-{mixer.index_topk}" if mixer.index_topk else "MLA"
+        else:
+            kind = mixer.label if mixer is not None else "none"
+        counts[kind] = counts.get(kind, 0) + group.count
+    text = " + ".join(k if len(counts) == 1 else f"{k} ({n})" for k, n in counts.items()
+                      if k != "none" or len(counts) == 1)
+    moe = next((g.layer.mlp for g in spec.layer_groups if isinstance(g.layer.mlp, MoE)), None)
+    if moe is not None:
+        text += f", MoE {moe.top_k}/{moe.experts}"
+    if spec.mtp_layers:
+        text += f", MTP {len(spec.mtp_layers)}"
+    return text
 
 
 @catalog_app.command("hardware")

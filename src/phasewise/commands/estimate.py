@@ -46,7 +46,8 @@ def estimate(
                                                 "the baseline, e.g. kv-dtype=fp8,kv-keep=0.5 "
                                                 "(repeatable)."),
     draft: Optional[str] = typer.Option(None, "--draft", help="Speculative decoding with this "
-                                        "draft model (catalog name or config)."),
+                                        "draft model (catalog name or config), or `mtp` for "
+                                        "the model's own MTP layers."),
     draft_head: Optional[str] = typer.Option(None, "--draft-head", help="Speculative decoding "
                                              "with an EAGLE/MTP-style head costing this fraction "
                                              "of the target's layers."),

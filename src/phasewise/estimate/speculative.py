@@ -69,6 +69,24 @@ def head_draft(target: ModelSpec, layers_fraction: float) -> ModelSpec:
         mtp_layers=())
 
 
+MTP_DRAFT = "mtp"
+
+
+def mtp_draft(target: ModelSpec) -> ModelSpec:
+    """The model's own multi-token-prediction layers as the draft head (DeepSeek-V3 §2.2,
+    used by vLLM and SGLang as the EAGLE-style proposer): its MTP layers, sharing the
+    target's embedding and LM head."""
+    if not target.mtp_layers:
+        raise InputError(f"--draft mtp: {target.name} has no MTP layers (num_nextn_predict_layers "
+                         "or mtp_num_hidden_layers in its config); give --draft MODEL or "
+                         "--draft-head FRACTION.")
+    count = len(target.mtp_layers)
+    return dataclasses.replace(
+        target, name=f"{target.name} MTP ({count} layer{'s' if count > 1 else ''})",
+        num_layers=count, layer_specs=target.mtp_layers, mtp_layers=(), layer_types=(),
+        moe_layers=())
+
+
 def draft_parallelism(draft: ModelSpec, par: Parallelism, head: bool) -> Parallelism:
     """A head runs inside the target's last stage; a draft model shares the target's tensor
     split when its heads allow, and otherwise runs whole on every device."""
@@ -104,8 +122,13 @@ def speculative(model: ModelSpec | str, hardware: HardwareSpec | str, workload: 
     if (draft is None) == (draft_head_fraction is None):
         raise InputError("speculative decoding needs one draft: --draft MODEL or "
                          "--draft-head FRACTION.")
-    head = draft is None
-    drafter = head_draft(target, draft_head_fraction) if head else resolve(draft, device, cost_model)[0]
+    head = draft is None or draft == MTP_DRAFT
+    if draft == MTP_DRAFT:
+        drafter = mtp_draft(target)
+    elif head:
+        drafter = head_draft(target, draft_head_fraction)
+    else:
+        drafter = resolve(draft, device, cost_model)[0]
     warnings = check_draft(target, drafter, head)
     draft_par = draft_parallelism(drafter, parallelism, head)
     expected = expected_tokens_per_round(spec_accept, spec_tokens)
