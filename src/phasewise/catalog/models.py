@@ -16,6 +16,9 @@ from phasewise.errors import InputError, nearest_hint
 from phasewise.specs import ModelSpec
 
 MODELS_DIR = Path(__file__).parent / "models"
+# A checkpoint's hf_quant_config.json (TensorRT Model Optimizer) lies beside its config as
+# <name>.hf_quant_config.json: data for that model, not a model of its own.
+QUANT_CONFIG_SUFFIX = ".hf_quant_config.json"
 
 
 @lru_cache(maxsize=1)
@@ -24,7 +27,8 @@ def model_index() -> dict[str, dict[str, Any]]:
     path = MODELS_DIR / "index.toml"
     index = tomllib.loads(path.read_text()) if path.exists() else {}
     for config in MODELS_DIR.glob("*.json"):
-        index.setdefault(config.stem, {})
+        if not config.name.endswith(QUANT_CONFIG_SUFFIX):
+            index.setdefault(config.stem, {})
     return index
 
 
