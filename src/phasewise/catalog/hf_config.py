@@ -243,8 +243,9 @@ def model_is_recurrent(layer: Layer) -> bool:
 
 def _vision_params(raw: dict[str, Any]) -> float:
     """A vision tower's parameters from ``vision_config``: per block the attention (4·d²)
-    and the MLP (2·d·width, 3· for a gated one), plus the patch embedding; the projector
-    into the language model is left out."""
+    and the MLP (2·d·width, 3· for a gated one), the patch embedding, and a patch merger into
+    the language model where the config gives one (Qwen2.5-VL: spatial_merge_size² patches
+    of d concatenated, a square layer, then one to out_hidden_size)."""
     vision = raw.get("vision_config")
     if not isinstance(vision, dict):
         return 0.0
@@ -257,7 +258,12 @@ def _vision_params(raw: dict[str, Any]) -> float:
     patch = int(vision.get("patch_size") or 14)
     channels = int(vision.get("num_channels") or vision.get("in_channels") or 3)
     temporal = int(vision.get("temporal_patch_size") or 1)
-    return float(depth * (4 * d * d + mats * d * int(width)) + patch * patch * channels * temporal * d)
+    merger = 0
+    if vision.get("out_hidden_size") and vision.get("spatial_merge_size"):
+        merged = d * int(vision["spatial_merge_size"]) ** 2
+        merger = merged * merged + merged * int(vision["out_hidden_size"])
+    return float(depth * (4 * d * d + mats * d * int(width))
+                 + patch * patch * channels * temporal * d + merger)
 
 
 def _unread_keys(cfg: Config) -> list[str]:

@@ -60,7 +60,8 @@ def checkpoint_formats(quant: Any, sidecar: Any = None, *, moe: bool = False,
         return _compressed_tensors(quant, num_layers)
     if method in ("awq", "gptq", "autoround", "auto-round"):
         bits = int(quant.get("bits") or quant.get("w_bit") or 4)
-        fmt = {4: "int4", 8: "int8"}.get(bits)
+        group = quant.get("group_size") or quant.get("q_group_size")
+        fmt = {4: int4_format(group), 8: "int8"}.get(bits)
         if fmt is None:
             return None, [f"{method} at {bits} bits is not a format phasewise knows; weights "
                           "are sized as bf16 (give --weight-dtype)."]
@@ -74,6 +75,11 @@ def checkpoint_formats(quant: Any, sidecar: Any = None, *, moe: bool = False,
                   "weights are sized as bf16 (give --weight-dtype for the real format)."]
 
 
+def int4_format(group: Any) -> str:
+    """INT4 with a 16-bit scale per group: 4 + 16/group bits (int4 is group 128)."""
+    return {32: "int4_g32", 64: "int4_g64"}.get(group if isinstance(group, int) else 128, "int4")
+
+
 def _excluded_classes(excluded: Any, num_layers: int = 0) -> set[str]:
     """Module classes whose modules a checkpoint keeps unquantized: a class counts as excluded
     when a name maps onto it without a layer index (a wildcard), or when indexed names cover
@@ -82,8 +88,8 @@ def _excluded_classes(excluded: Any, num_layers: int = 0) -> set[str]:
     indexed: dict[str, set[str]] = {}
     for module in excluded if isinstance(excluded, list) else ():
         text = str(module)
-        if _ROUTER.search(text) and "experts" not in text:
-            continue  # routers are tiny and counted with the MLP class
+        if _ROUTER.search(text) and "experts" not in text or "norm" in text:
+            continue  # routers and norms are not quantized linear layers
         for pattern, cls in _CLASS_PATTERNS:
             if pattern.search(text):
                 index = re.search(r"layers\.(\d+)\.", text)
@@ -164,7 +170,7 @@ def _compressed_tensors(quant: dict[str, Any],
     if bits == 8:
         fmt = "fp8" if kind == "float" else "int8"
     elif bits == 4:
-        fmt = ("nvfp4" if group == 16 else "fp4") if kind == "float" else "int4"
+        fmt = ("nvfp4" if group == 16 else "fp4") if kind == "float" else int4_format(group)
     if fmt is None:
         return None, [f"compressed-tensors weights of {bits} bits ({kind}) are not a format "
                       "phasewise reads; weights are sized as bf16."]

@@ -76,6 +76,9 @@ FORMATS: dict[str, NumberFormat] = {
         NumberFormat("fp4", 4.25, "fp4", "MXFP4: 32 e2m1 values share one 8-bit scale (OCP MX spec)"),
         NumberFormat("nvfp4", 4.5, "fp4", "NVFP4: 16 e2m1 values share one fp8 scale"),
         NumberFormat("int4", 4.125, None, "GPTQ/AWQ int4, group size 128 with an fp16 scale per group"),
+        NumberFormat("int4_g64", 4.25, None, "int4, group size 64 with a 16-bit scale per group"),
+        NumberFormat("int4_g32", 4.5, None, "int4, group size 32 with a 16-bit scale per group "
+                     "(compressed-tensors pack-quantized, e.g. Kimi-K2.5's experts)"),
         # GGUF tensor types: real bits per weight including block scales.
         NumberFormat("F32", 32, None, "GGUF F32"),
         NumberFormat("F16", 16, None, "GGUF F16"),
