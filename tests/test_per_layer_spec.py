@@ -255,3 +255,19 @@ def test_mtp_layers_are_counted_apart_and_serve_as_the_draft_head():
     assert draft.num_layers == 1 and draft.layers == v3.mtp_layers
     with pytest.raises(InputError, match="no MTP layers"):
         mtp_draft(load_model("llama-3.1-8b"))
+
+
+@pytest.mark.parametrize("value", ["abc", [1, 2], float("nan"), float("inf"), -3, 0, 1.5, True])
+@pytest.mark.parametrize("key", ["intermediate_size", "num_key_value_heads", "head_dim",
+                                 "vocab_size"])
+def test_a_size_of_the_wrong_kind_is_one_clear_error(key, value):
+    cfg = {**BASE, "model_type": "llama", "num_hidden_layers": 2, key: value}
+    with pytest.raises(InputError, match=f"{key} must be a positive whole number"):
+        model_from_config(cfg, "bad")
+
+
+@pytest.mark.parametrize("value", ["abc", float("nan"), -3, [4096]])
+def test_a_bad_sliding_window_is_one_clear_error(value):
+    cfg = {**BASE, "model_type": "mistral", "num_hidden_layers": 2, "sliding_window": value}
+    with pytest.raises(InputError, match="sliding_window"):
+        model_from_config(cfg, "bad")

@@ -101,9 +101,22 @@ def with_class_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def model_from_config(raw: dict[str, Any], name: str, *, sidecar: Any = None) -> ModelSpec:
     """Normalise a published config.json (and a ModelOpt ``hf_quant_config.json`` beside it,
-    ``sidecar``) into a per-layer ``ModelSpec``."""
+    ``sidecar``) into a per-layer ``ModelSpec``. A value of the wrong kind anywhere (a string,
+    a list, NaN or infinity where a number goes) is one clear error."""
     if not isinstance(raw, dict):
         raise InputError(f"{name}: config.json must be a JSON object.")
+    _check_declared_sizes(with_class_defaults(flatten_text_config(raw)), name)
+    try:
+        return _read(raw, name, sidecar)
+    except InputError:
+        raise
+    except (TypeError, ValueError, OverflowError, AttributeError, KeyError) as err:
+        raise InputError(f"{name}: config.json holds a value phasewise cannot read as a number "
+                         f"or list where the architecture needs one ({type(err).__name__}: "
+                         f"{str(err)[:120]}); fix the file.") from None
+
+
+def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
     cfg = Config(with_class_defaults(flatten_text_config(raw)))
     model_type = str(cfg.get("model_type", ""))
     notes: list[str] = []
@@ -180,6 +193,29 @@ KNOWN_MHA_TYPES = {"llama", "gpt2", "gpt_neox", "gptj", "opt", "bloom", "phi", "
                    "gpt_bigcode", "starcoder2", "bert", "mistral", "qwen", "baichuan", "internlm",
                    "deci", "nemotron-nas", "stablelm", "olmo"}
 FOUR_X_MLP_TYPES = {"gpt2", "gpt_bigcode", "gptj", "bloom", "falcon", "mpt", "opt"}
+
+
+# Sizes that, when a config sets them, must be positive whole numbers.
+POSITIVE_SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                      "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
+                      "moe_intermediate_size", "num_local_experts", "num_experts",
+                      "n_routed_experts", "num_experts_per_tok", "max_position_embeddings",
+                      "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+                      "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+                      "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                      "linear_value_head_dim", "attention_chunk_size", "index_topk")
+
+
+def _check_declared_sizes(cfg: dict[str, Any], name: str) -> None:
+    for key in POSITIVE_SIZE_KEYS:
+        if cfg.get(key) is not None:
+            _check_whole(name, key, cfg[key])
+    window = cfg.get("sliding_window")
+    if window is not None and window is not False:
+        if isinstance(window, bool) or not isinstance(window, int | float) \
+                or not math.isfinite(window) or window != int(window) or window < 0:
+            raise InputError(f"{name}: config.json's sliding_window must be a whole number of "
+                             f"tokens or null, got {window!r}; fix the file.")
 
 
 def _check_whole(name: str, key: str, value: Any) -> None:
