@@ -271,3 +271,24 @@ def test_a_bad_sliding_window_is_one_clear_error(value):
     cfg = {**BASE, "model_type": "mistral", "num_hidden_layers": 2, "sliding_window": value}
     with pytest.raises(InputError, match="sliding_window"):
         model_from_config(cfg, "bad")
+
+
+def test_lfm2_short_conv_layers_hold_a_small_fixed_state():
+    cfg = {**BASE, "model_type": "lfm2", "num_hidden_layers": 3, "conv_L_cache": 3,
+           "layer_types": ["conv", "full_attention", "conv"], "block_ff_dim": 768,
+           "block_auto_adjust_ff_dim": True, "block_multiple_of": 256}
+    model = model_from_config(cfg, "lfm2")
+    assert model.layers[0].mlp.width == 512  # int(2 · 768 / 3) = 512, a multiple of 256
+    counts = param_counts(model, kv_bytes=2)
+    assert counts.kv_bytes_per_token == 2 * 2 * 64 * 2  # the one attention layer
+    assert counts.state_bytes_per_sequence == 2 * (3 - 1) * H * 2  # two convs, kernel−1 inputs
+    conv = H * 3 * H + H * 3 + H * H  # in_proj to B, C, x; depthwise taps; out_proj
+    attention = H * (4 * 64 + 2 * 2 * 64) + 4 * 64 * H
+    assert counts.total == 1000 * H + 2 * conv + attention + 3 * 3 * H * 512 + 3 * 2 * H + H
+
+
+def test_cross_attention_layers_add_no_kv_per_text_token():
+    cfg = {**BASE, "model_type": "mllama_text_model", "num_hidden_layers": 4,
+           "cross_attention_layers": [1, 3]}
+    counts = param_counts(model_from_config(cfg, "mllama"), kv_bytes=2)
+    assert counts.kv_bytes_per_token == 2 * 2 * 2 * 64 * 2  # two self-attention layers

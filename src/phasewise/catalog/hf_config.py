@@ -244,6 +244,8 @@ def _per_layer(cfg: Config, name: str, uniform: dict[str, Any]) -> tuple[Layer, 
                    lambda: hf_layers.qwen3_next_layers(cfg, name, sparse),
                    lambda: hf_layers.kimi_linear_layers(cfg, name, sparse),
                    lambda: hf_layers.llama4_layers(cfg, name),
+                   lambda: hf_layers.lfm2_layers(cfg, name),
+                   lambda: hf_layers.cross_attention_layers(cfg, name),
                    lambda: hf_layers.swa_geometry_layers(cfg, name, sparse, gated)):
         layers = reader()
         if layers is not None:

@@ -18,8 +18,9 @@ import math
 from typing import Any
 
 from phasewise.errors import InputError
-from phasewise.specs.model import (MLP, Attention, DenseMLP, LatentAttention, Layer,
-                                   LinearAttention, LinearMixer, LinearMLP, Mamba2, Mixer, MoE)
+from phasewise.specs.model import (MLP, Attention, CrossAttention, DenseMLP, LatentAttention, Layer,
+                                   LinearAttention, LinearMixer, LinearMLP, Mamba2, Mixer, MoE,
+                                   ShortConv)
 
 # Activations of a plain (two-matrix) MLP: up, activation, down.
 UNGATED_ACTIVATIONS = {"relu2", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "gelu_fast"}
@@ -308,3 +309,38 @@ def swa_geometry_layers(cfg: Config, name: str, sparse: tuple[bool, ...],
         return tuple(Layer(swa if s else full, beside) for s in sliding)
     return tuple(Layer(swa if s else full, _dense_or_moe(cfg, name, i, sparse, dense_width, is_gated))
                  for i, s in enumerate(sliding))
+
+
+def lfm2_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """LFM2: gated short-conv layers and GQA layers as ``layer_types`` lists them ("conv",
+    "full_attention"), each with a SwiGLU MLP whose width transformers' Lfm2MLP adjusts:
+    2/3 of ``block_ff_dim`` when ``block_auto_adjust_ff_dim``, times the multiplier, rounded
+    up to ``block_multiple_of``."""
+    types = cfg.get("layer_types")
+    if not isinstance(types, list) or "conv" not in types:
+        return None
+    hidden = whole(cfg, "hidden_size", name=name)
+    width = int(cfg.get("block_ff_dim") or whole(cfg, "intermediate_size", name=name))
+    if cfg.get("block_auto_adjust_ff_dim"):
+        width = int(2 * width / 3)
+        if cfg.get("block_ffn_dim_multiplier"):
+            width = int(float(cfg["block_ffn_dim_multiplier"]) * width)
+        multiple = int(cfg.get("block_multiple_of") or 1)
+        width = -(-width // multiple) * multiple
+    conv = ShortConv(int(cfg.get("conv_dim") or hidden), int(cfg.get("conv_L_cache") or 3))
+    full = attention(cfg, name)
+    mlp = DenseMLP(width)
+    return tuple(Layer(conv if t == "conv" else full, mlp) for t in types)
+
+
+def cross_attention_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Llama-3.2-Vision (mllama): the layers ``cross_attention_layers`` lists attend to the
+    image tokens instead of the text."""
+    listed = cfg.get("cross_attention_layers")
+    if not isinstance(listed, list) or not listed:
+        return None
+    cross_at = {int(i) for i in listed}
+    self_attn = attention(cfg, name)
+    cross = CrossAttention(self_attn.heads, self_attn.kv_heads, self_attn.head_dim)
+    mlp = DenseMLP(whole(cfg, "intermediate_size", name=name))
+    return tuple(Layer(cross if i in cross_at else self_attn, mlp) for i in range(cfg.num_layers))

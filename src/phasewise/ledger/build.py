@@ -21,8 +21,9 @@ from phasewise.ledger.moe import expected_distinct_experts
 from phasewise.ledger.ops import Ledger, Op
 from phasewise.ledger.step import Step
 from phasewise.specs import ModelSpec, Parallelism, Precision
-from phasewise.specs.model import (Attention, DenseMLP, LatentAttention, Layer, LayerGroup,
-                                   LinearAttention, LinearMixer, LinearMLP, Mamba2, MoE)
+from phasewise.specs.model import (Attention, CrossAttention, DenseMLP, LatentAttention, Layer,
+                                   LayerGroup, LinearAttention, LinearMixer, LinearMLP, Mamba2,
+                                   MoE, ShortConv)
 
 # vLLM's and SGLang's MLA backends run the absorbed (latent-space) kernel for decode and
 # short speculative verify queries, and decompress K/V for longer prefill chunks.
@@ -202,6 +203,13 @@ def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallel
         return _linear_attention(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, Mamba2):
         return _mamba2(model, mixer, shard, par, layers, calls)
+    if isinstance(mixer, ShortConv):
+        return _short_conv(model, mixer, shard, par, layers, calls)
+    if isinstance(mixer, CrossAttention):
+        h, heads = model.hidden_size, mixer.heads / par.tp
+        return [_gemm("xattn.q", layers, calls, shard.tokens, heads * mixer.head_dim, h, shard),
+                _gemm("xattn.out", layers, calls, shard.tokens, h, heads * mixer.head_dim,
+                      shard)]
     if isinstance(mixer, LinearMixer):
         h = model.hidden_size
         return [_gemm("attn.linear", layers, calls, shard.tokens, h / par.tp, h, shard)]
@@ -393,6 +401,23 @@ def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, la
            activations=(conv_channels + inner) * t * shard.ab * calls),
         _norm("ssm.norm", layers, calls, inner, shard),
         _gemm("ssm.out", layers, calls, t, h, inner, shard),
+    ]
+
+
+def _short_conv(model: ModelSpec, mixer: ShortConv, shard: _Shard, par: Parallelism,
+                layers: str, calls: int) -> list[Op]:
+    """LFM2's short conv: in_proj, the gated depthwise conv over a state of kernel−1 inputs
+    (read and written once per sequence per step), out_proj."""
+    h, t, width = model.hidden_size, shard.tokens, mixer.width / par.tp
+    state = state_bytes_per_sequence(mixer, shard.kvb, par.tp)
+    return [
+        _gemm("conv.in_proj", layers, calls, t, 3 * width, h, shard),
+        Op("conv.conv", "elementwise", layers, calls,
+           (CONV_FLOPS_PER_TAP * mixer.kernel + 2) * width * t * calls,
+           weights=width * mixer.kernel * shard.wb * calls,
+           kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
+           activations=4 * width * t * shard.ab * calls),
+        _gemm("conv.out", layers, calls, t, h, width, shard),
     ]
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from functools import singledispatch
 
-from phasewise.specs.model import (MLP, Attention, DenseMLP, LatentAttention, Layer, LinearAttention,
-                                   LinearMixer, LinearMLP, Mamba2, Mixer, MoE)
+from phasewise.specs.model import (MLP, Attention, CrossAttention, DenseMLP, LatentAttention, Layer,
+                                   LinearAttention, LinearMixer, LinearMLP, Mamba2, Mixer, MoE,
+                                   ShortConv)
 
 # vLLM's DeepSeek-V3.2 indexer cache stores each token's index key in fp8 with one fp32
 # scale per 128 values (DeepseekV32IndexerCache: head_size = d + d // 128 * 4 bytes).
@@ -81,6 +82,21 @@ def _(mixer: Mamba2, hidden: int) -> float:
     in_proj = hidden * (2 * mixer.inner + 2 * mixer.groups * mixer.state_size + mixer.heads)
     conv = conv_channels * (mixer.conv_kernel + 1)
     return in_proj + conv + 3 * mixer.heads + mixer.inner + mixer.inner * hidden
+
+
+@mixer_params.register
+def _(mixer: ShortConv, hidden: int) -> float:
+    """LFM2 (transformers' Lfm2ShortConv): in_proj h→3·width, a depthwise conv of ``kernel``
+    taps, out_proj width→h."""
+    return hidden * 3 * mixer.width + mixer.width * mixer.kernel + mixer.width * hidden
+
+
+@mixer_params.register
+def _(mixer: CrossAttention, hidden: int) -> float:
+    """Q, K, V, O of Llama-3.2-Vision's cross-attention (K, V read the vision features,
+    projected to the text width) and its q/k norms."""
+    return (hidden * (mixer.heads + 2 * mixer.kv_heads) * mixer.head_dim
+            + mixer.heads * mixer.head_dim * hidden + 2 * mixer.head_dim)
 
 
 @mixer_params.register
@@ -185,6 +201,12 @@ def _(mixer: Mamba2, state_bytes: float, tp: int = 1) -> float:
     conv_channels = mixer.inner + 2 * mixer.groups * mixer.state_size
     return (mixer.inner * mixer.state_size + (mixer.conv_kernel - 1) * conv_channels) \
         * state_bytes / tp
+
+
+@state_bytes_per_sequence.register
+def _(mixer: ShortConv, state_bytes: float, tp: int = 1) -> float:
+    """The conv's last kernel−1 inputs, width channels (vLLM's ShortConv state)."""
+    return (mixer.kernel - 1) * mixer.width * state_bytes / tp
 
 
 def held_tokens(mixer: Mixer | None, context_tokens: int) -> int:

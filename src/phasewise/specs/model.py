@@ -111,6 +111,33 @@ class Mamba2:
 
 
 @dataclass(frozen=True, slots=True)
+class ShortConv:
+    """LFM2's gated short convolution: in_proj to (B, C, x) of ``width`` each, a depthwise
+    causal conv of ``kernel`` taps over B·x, C gating, out_proj; a state of kernel−1 inputs."""
+
+    width: int
+    kernel: int
+
+    @property
+    def label(self) -> str:
+        return "shortconv"
+
+
+@dataclass(frozen=True, slots=True)
+class CrossAttention:
+    """Cross-attention to a fixed set of image tokens (Llama-3.2-Vision's
+    ``cross_attention_layers``): text tokens add nothing to its cache."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    @property
+    def label(self) -> str:
+        return "xattn"
+
+
+@dataclass(frozen=True, slots=True)
 class LinearMixer:
     """A block whose attention a NAS search replaced by one hidden×hidden linear map
     (Nemotron NAS ``replace_with_linear``)."""
@@ -120,7 +147,8 @@ class LinearMixer:
         return "linear"
 
 
-Mixer = Attention | LatentAttention | LinearAttention | Mamba2 | LinearMixer
+Mixer = (Attention | LatentAttention | LinearAttention | Mamba2 | ShortConv | CrossAttention
+         | LinearMixer)
 
 
 # ---- MLPs ---------------------------------------------------------------------------------
@@ -326,7 +354,7 @@ class ModelSpec:
     @property
     def is_hybrid(self) -> bool:
         """Some layers hold a fixed recurrent state instead of a KV cache."""
-        return any(isinstance(m, LinearAttention | Mamba2) for m in self.mixers)
+        return any(isinstance(m, LinearAttention | Mamba2 | ShortConv) for m in self.mixers)
 
     @property
     def is_uniform_transformer(self) -> bool:
