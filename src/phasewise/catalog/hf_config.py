@@ -27,7 +27,8 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2_moe", "qwen3", "qwen3
                      "bailing_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1", "step3_text"}
 # Keys that change the arithmetic and that no reader here handles: named in a warning.
 ARITHMETIC_KEY = re.compile(r"layer|expert|moe|window|chunk|lora|ssm|mamba|linear|mtp|nextn|"
-                            r"index|latent|head_dim|heads|kv_|sparse|attn|pattern|block|ffn")
+                            r"index|latent|head_dim|heads|kv_|sparse|attn|pattern|block|ffn|"
+                            r"compress|ratio|hash|^hc_|groups|dtype")
 # Keys that match that pattern but change neither FLOPs nor bytes.
 HARMLESS_KEYS = {
     "attention_dropout", "attention_bias", "mlp_bias", "layer_norm_eps", "layer_norm_epsilon",
@@ -48,7 +49,8 @@ HARMLESS_KEYS = {
     "residual_in_fp32", "head_dim_original", "attention_window_size", "query_pre_attn_scalar",
     "sliding_window_size", "qk_head_dim", "indexer_rope_interleave", "mtp_transformer_layers",
     "pruned_heads", "ignore_index", "use_unified_vision_chunk", "num_kv_shared_layers",
-    "hidden_size_per_layer_input", "use_double_wide_mlp",
+    "hidden_size_per_layer_input", "use_double_wide_mlp", "torch_dtype", "dtype",
+    "hc_eps", "hc_sinkhorn_iters", "mamba_ssm_dtype", "ssm_state_dtype", "num_beam_groups",
 }
 TOKEN_KEY = re.compile(r"token_(index|id)s?$|_token$")
 

@@ -28,6 +28,12 @@ _CLASS_PATTERNS = (  # (regex over an excluded module name, module class), first
     (re.compile(r"experts"), "experts"),
     (re.compile(r"mlp|ffn|feed_forward"), "mlp"),
 )
+# ModelOpt's quant_algo names → phasewise formats (the weights' storage; W4A16 keeps 16-bit
+# activations, which the format's math says).
+MODELOPT_FORMATS = {"NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4", "NVFP4_AWQ": "nvfp4",
+                    "FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
+                    "FP8_BLOCK_SCALES": "fp8_block", "W4A16_AWQ": "int4", "W4A8_AWQ": "int4",
+                    "MXFP4": "fp4", "W4A8_MXFP4_FP8": "fp4"}
 _ROUTER = re.compile(r"\bgate\b|router|\.gate$")
 
 
@@ -121,9 +127,7 @@ def _linear(fmt: str, excluded: Any, method: str, source: str, layers: int = 0) 
 def _modelopt(quant: dict[str, Any], where: str,
               layers: int = 0) -> tuple[CheckpointFormats | None, list[str]]:
     algo = str(quant.get("quant_algo") or "").upper()
-    fmt = {"NVFP4": "nvfp4", "FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
-           "FP8_BLOCK_SCALES": "fp8_block", "W4A16_AWQ": "int4", "W4A8_AWQ": "int4",
-           "MXFP4": "fp4", "NVFP4_AWQ": "nvfp4"}.get(algo)
+    fmt = MODELOPT_FORMATS.get(algo)
     if fmt is None and algo == "MIXED_PRECISION":
         return _mixed(quant, where)
     if fmt is None:
@@ -141,7 +145,7 @@ def _mixed(quant: dict[str, Any], where: str) -> tuple[CheckpointFormats, list[s
     votes: dict[str, dict[str, int]] = {}
     for module, entry in (quant.get("quantized_layers") or {}).items():
         algo = str((entry or {}).get("quant_algo") or "").upper()
-        fmt = {"NVFP4": "nvfp4", "FP8": "fp8", "W4A16_AWQ": "int4"}.get(algo)
+        fmt = MODELOPT_FORMATS.get(algo)
         if fmt is None:
             continue
         cls = next((c for p, c in _CLASS_PATTERNS if p.search(module)), "mlp")
