@@ -1,9 +1,9 @@
 """Immutable descriptions of the three inputs: model, hardware, workload (+ precision, parallelism)."""
 
-from phasewise.specs.hardware import DEVICE_CLASSES, HardwareSpec, Link
+from phasewise.specs.hardware import DEVICE_CLASSES, HardwareSpec, Link, Price
 from phasewise.specs.model import LayerGroup, ModelSpec
 from phasewise.specs.precision import FORMATS, NumberFormat, Precision, number_format
 from phasewise.specs.workload import Parallelism, Workload
 
 __all__ = ["DEVICE_CLASSES", "FORMATS", "HardwareSpec", "LayerGroup", "Link", "ModelSpec",
-           "NumberFormat", "Parallelism", "Precision", "Workload", "number_format"]
+           "NumberFormat", "Parallelism", "Precision", "Price", "Workload", "number_format"]
