@@ -102,8 +102,9 @@ class HardwareSpec:
         if self.memory_bytes <= 0 or self.memory_bandwidth_bytes_per_s <= 0:
             raise InputError(f"hardware '{self.name}': memory capacity_gb and bandwidth_gb_per_s "
                              "must be positive.")
-        if self.price is not None and self.price_usd_per_hour is None:
-            object.__setattr__(self, "price_usd_per_hour", self.price.usd_per_hour)
+        if self.price is not None and self.price.usd_per_hour != self.price_usd_per_hour:
+            # the hourly figure was changed (a what-if, a test): its provenance no longer applies
+            object.__setattr__(self, "price", None)
 
     def __hash__(self) -> int:
         return hash((self.name, self.memory_bytes, self.memory_bandwidth_bytes_per_s,
