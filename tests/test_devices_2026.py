@@ -73,7 +73,7 @@ def test_every_low_precision_peak_a_sheet_lists_is_one_of_its_native_formats_or_
             continue
         slow = set(device.peak_flops_per_s) - set(device.native_formats) - {"fp32"}
         assert slow <= {"int8"}, (name, slow)
-        assert set(device.native_formats) <= set(device.peak_flops_per_s), name
+        assert set(device.native_formats) - {"nvfp4"} <= set(device.peak_flops_per_s), name
 
 
 def test_nvfp4_weights_compute_in_fp4_on_blackwell_and_weight_only_on_hopper():
@@ -184,3 +184,20 @@ def test_link_sheets_state_their_domain_and_topology(name, devices, per_directio
     link = load_link_sheet(name)
     assert link.max_devices == devices and link.topology
     assert link.bandwidth_bytes_per_s == pytest.approx(per_direction_gb_per_s * GIGA)
+
+
+def test_nvfp4_blocks_are_weight_only_on_a_part_whose_fp4_units_take_mxfp4_only():
+    # CDNA 4 multiplies OCP MXFP4 (32 values per e8m0 scale) natively, not NVFP4's 16-value blocks
+    mi355x = load_hardware("mi355x")
+    assert mi355x.computes_natively("fp4") and not mi355x.computes_natively("nvfp4")
+    choice = precision_on(Precision(weights="nvfp4"), mi355x)
+    assert choice.math_format == "bf16" and "MXFP4 blocks, not NVFP4" in choice.reason
+    both = precision_on(Precision(weights="mxfp4", activations="mxfp4"), mi355x)
+    assert both.math_format == "fp4"
+
+
+def test_fp6_runs_at_its_own_peak_where_the_sheet_gives_one():
+    est = estimate("llama-3.1-8b", "mi355x", Workload(512, 64, 1),
+                   Precision(weights="fp6", activations="fp6"), cost="sol")
+    assert est.hardware.math_format == "fp6"
+    assert est.hardware.peak_flops_per_s == pytest.approx(10.1e15, rel=0.005)  # AMD: MXFP6 10.1 PF

@@ -72,7 +72,8 @@ def _price(table: dict[str, Any] | None, origin: str) -> Price | None:
 
 def _native_formats(compute: dict[str, Any], peaks: dict[str, float], origin: str) -> tuple[str, ...]:
     formats = tuple(str(f) for f in compute.get("native_formats", ()))
-    unknown = [f for f in formats if f not in peaks]
+    # "nvfp4" names NVIDIA's 16-value FP4 blocks, which run at the fp4 (MXFP4) column's rate
+    unknown = [f for f in formats if f not in peaks and not (f == "nvfp4" and "fp4" in peaks)]
     if unknown:
         raise InputError(f"{origin}: [compute] native_formats names {', '.join(unknown)} without "
                          "a peak; add its <format>_tflops or drop it from the list.")

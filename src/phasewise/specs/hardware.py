@@ -125,9 +125,10 @@ class HardwareSpec:
 
     def computes_natively(self, math_format: str) -> bool:
         """Whether the matrix units take ``math_format`` as it is (the sheet's native_formats,
-        or every format it gives a peak for when it lists none)."""
+        or every format it gives a peak for when it lists none). "nvfp4" asks for NVIDIA's
+        16-value FP4 blocks with fp8 scales, which some FP4 units (MXFP4 only) do not take."""
         if not self.native_formats:
-            return self.supports(math_format)
+            return self.supports("fp4" if math_format == "nvfp4" else math_format)
         return math_format in self.native_formats or _SAME_RATE.get(math_format) in self.native_formats
 
     @property
