@@ -49,7 +49,7 @@ CITED_PEAKS = [
     ("h20", "fp8", 296, 4000),
     ("mi300a", "fp8", 1961.2, 5300),
     ("blackhole-p150a", "fp8", 774, 3.5e3 / 8),          # 774 TFLOPS FP8; 3.5 Tb/s
-    ("cloud-ai-100-ultra", "int8", 870, 548),
+    ("cloud-ai-100-ultra", "int8", 870, 548),                  # Qualcomm SDK docs: 870 TOPs, 548 GB/s
 ]
 
 
