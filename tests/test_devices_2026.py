@@ -49,6 +49,8 @@ CITED_PEAKS = [
     ("h20", "fp8", 296, 4000),
     ("mi300a", "fp8", 1961.2, 5300),
     ("blackhole-p150a", "fp8", 774, 3.5e3 / 8),          # 774 TFLOPS FP8; 3.5 Tb/s
+    ("m5-max", "fp16", 4 * 16.16, 614),                  # 'over 4x' M4 Max's 16.16; 614 GB/s
+    ("m5", "fp16", 4 * 4.04, 153),                       # 'over 4x' M4's 4.04; 153 GB/s
     ("cloud-ai-100-ultra", "int8", 870, 548),                  # Qualcomm SDK docs: 870 TOPs, 548 GB/s
 ]
 
