@@ -10,7 +10,8 @@ from phasewise.catalog._names import normalise
 from phasewise.errors import InputError, nearest_hint
 from phasewise.files import read_toml
 from phasewise.local import LOCAL_DEVICE_NAME, local_hardware_path
-from phasewise.specs import HardwareSpec, Link
+from phasewise.specs import HardwareSpec, Link, Price
+from phasewise.specs.hardware import DEFAULT_AMORTISATION_YEARS
 
 HARDWARE_DIR = Path(__file__).parent / "hardware"
 LINKS_DIR = Path(__file__).parent / "links"
@@ -35,13 +36,48 @@ def _need(table: dict[str, Any], key: str, where: str, origin: str, hint: str) -
 
 
 def _link(table: dict[str, Any] | None, where: str, origin: str) -> Link | None:
+    """A link table, or a ``link = "name"`` reference to a sheet in catalog/links."""
     if not table:
         return None
+    if "link" in table and "bandwidth_gb_per_s" not in table:
+        return load_link_sheet(str(table["link"]))
     bandwidth = _need(table, "bandwidth_gb_per_s", where, origin, "GB/s per direction")
     return Link(name=str(table.get("name", where)), bandwidth_bytes_per_s=bandwidth * GIGA,
                 latency_s=float(table.get("latency_us", 0.0)) * MICRO,
                 kind=str(table.get("kind", "")), max_devices=int(table.get("max_devices", 1)),
-                source=str(table.get("source", "")))
+                source=str(table.get("source", "")), topology=str(table.get("topology", "")))
+
+
+def _price(table: dict[str, Any] | None, origin: str) -> Price | None:
+    """[price]: an on-demand usd_per_hour (cloud list price), or a purchase_usd spread over
+    amortisation_years (3 unless given) of round-the-clock use."""
+    if not table:
+        return None
+    common = {"source": str(table.get("source", "")), "date": str(table.get("date", "")),
+              "provider": str(table.get("provider", ""))}
+    if "usd_per_hour" in table:
+        hourly = table["usd_per_hour"]
+        if not isinstance(hourly, (int, float)) or isinstance(hourly, bool) or hourly < 0:
+            raise InputError(f"{origin}: [price] usd_per_hour must be a number of dollars per "
+                             "device-hour, e.g. 2.49; fix it.")
+        return Price(float(hourly), str(table.get("basis", "on-demand")), **common)
+    if "purchase_usd" in table:
+        purchase = _need(table, "purchase_usd", "price", origin, "US dollars for one device")
+        years = table.get("amortisation_years", DEFAULT_AMORTISATION_YEARS)
+        _need({"amortisation_years": years}, "amortisation_years", "price", origin, "years")
+        return Price.bought(float(purchase), years=float(years), **common)
+    raise InputError(f"{origin}: [price] needs usd_per_hour (rented) or purchase_usd (bought); "
+                     "add one.")
+
+
+def _native_formats(compute: dict[str, Any], peaks: dict[str, float], origin: str) -> tuple[str, ...]:
+    formats = tuple(str(f) for f in compute.get("native_formats", ()))
+    # "nvfp4" names NVIDIA's 16-value FP4 blocks, which run at the fp4 (MXFP4) column's rate
+    unknown = [f for f in formats if f not in peaks and not (f == "nvfp4" and "fp4" in peaks)]
+    if unknown:
+        raise InputError(f"{origin}: [compute] native_formats names {', '.join(unknown)} without "
+                         "a peak; add its <format>_tflops or drop it from the list.")
+    return formats
 
 
 def hardware_from_sheet(sheet: dict[str, Any], origin: str) -> HardwareSpec:
@@ -59,7 +95,7 @@ def hardware_from_sheet(sheet: dict[str, Any], origin: str) -> HardwareSpec:
         raise InputError(f"{origin}: the sheet needs a top-level name = \"...\"; add it.")
     sources = {section: str(table["source"]) for section, table in sheet.items()
                if isinstance(table, dict) and "source" in table}
-    price = (sheet.get("price") or {}).get("usd_per_hour")
+    price = _price(sheet.get("price"), origin)
     return HardwareSpec(
         name=str(sheet["name"]), display_name=str(sheet.get("display_name", sheet["name"])),
         device_class=str(sheet.get("device_class", "datacenter_gpu")), peak_flops_per_s=peaks,
@@ -67,9 +103,11 @@ def hardware_from_sheet(sheet: dict[str, Any], origin: str) -> HardwareSpec:
         interconnect=_link(sheet.get("interconnect"), "interconnect", origin),
         host_link=_link(sheet.get("host_link"), "host_link", origin),
         tdp_w=(sheet.get("power") or {}).get("tdp_w"),
-        price_usd_per_hour=float(price) if price is not None else None,
+        price_usd_per_hour=price.usd_per_hour if price is not None else None,
         vendor=str(sheet.get("vendor", "")), aliases=tuple(sheet.get("aliases", ())),
-        sources=sources, notes=str(sheet.get("notes", "")),
+        sources=sources, notes=str(sheet.get("notes", "")), price=price,
+        native_formats=_native_formats(compute, peaks, origin),
+        scale_out=_link(sheet.get("scale_out"), "scale_out", origin),
     )
 
 
@@ -122,18 +160,34 @@ def _load_sheet(path: Path) -> HardwareSpec:
     return hardware_from_sheet(read_toml(path), origin)
 
 
-@lru_cache(maxsize=64)
-def load_link(ref: str) -> Link:
-    """A network link (for KV transfer between machines) by catalog name or TOML path."""
+def _link_path(ref: str) -> Path:
     path = Path(ref).expanduser()
-    if not path.is_file():
-        match = {normalise(n): n for n in link_names()}.get(normalise(ref))
-        if match is None:
-            raise InputError(f"unknown link '{ref}'.{nearest_hint(ref, link_names())} "
-                             f"Known: {', '.join(link_names())}.")
-        path = LINKS_DIR / f"{match}.toml"
+    if path.is_file():
+        return path
+    match = {normalise(n): n for n in link_names()}.get(normalise(ref))
+    if match is None:
+        raise InputError(f"unknown link '{ref}'.{nearest_hint(ref, link_names())} "
+                         f"Known: {', '.join(link_names())}.")
+    return LINKS_DIR / f"{match}.toml"
+
+
+@lru_cache(maxsize=64)
+def load_link_sheet(ref: str) -> Link:
+    """A link sheet as written: its kind (nvlink, ici, infiniband, ...), how many devices its
+    domain joins (max_devices) and its topology."""
+    path = _link_path(ref)
     sheet = read_toml(path)
-    link = _link(sheet, "link", str(path))
+    link = _link({k: v for k, v in sheet.items() if k != "link"}, "link", str(path))
     assert link is not None
     return Link(str(sheet.get("display_name", sheet.get("name", path.stem))),
-                link.bandwidth_bytes_per_s, link.latency_s, "network", 1, link.source)
+                link.bandwidth_bytes_per_s, link.latency_s, link.kind or "network",
+                link.max_devices, link.source, link.topology)
+
+
+@lru_cache(maxsize=64)
+def load_link(ref: str) -> Link:
+    """A network link (for KV transfer between machines) by catalog name or TOML path: one
+    device's share of it, whatever domain the sheet describes."""
+    link = load_link_sheet(ref)
+    return Link(link.name, link.bandwidth_bytes_per_s, link.latency_s, "network", 1, link.source,
+                link.topology)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,6 +67,28 @@ def link_for(hardware: HardwareSpec) -> Link:
         raise InputError(f"{hardware.display_name} has no interconnect in its sheet; add an "
                          "[interconnect] table to price tensor/pipeline/expert parallelism.")
     return link
+
+
+def collective_width(op: Op, ledger: Ledger) -> int:
+    """Devices a collective's group spans: a pipeline send crosses the whole layout
+    (pp · max(tp, ep) devices); a tensor- or expert-parallel collective stays in one stage,
+    ledger.devices ÷ pp (the ledger's pp.send op runs pp − 1 times)."""
+    if op.name.startswith("pp."):
+        return ledger.devices
+    sends = next((o.calls for o in ledger.ops if o.name == "pp.send"), 0)
+    return max(1, ledger.devices // (sends + 1))
+
+
+def hardware_for_collective(hardware: HardwareSpec, op: Op, ledger: Ledger) -> HardwareSpec:
+    """Collectives price by the domain the layout fits in: a group wider than the scale-up
+    interconnect joins (its max_devices: 8 on an HGX board, 72 in an NVL72 rack) leaves it,
+    so the op runs over the device's scale-out NIC (its sheet's [scale_out]) instead. The
+    device is returned as it is otherwise, and where its sheet names no scale-out link."""
+    link = hardware.interconnect
+    if (op.kind != "communication" or link is None or hardware.scale_out is None
+            or collective_width(op, ledger) <= link.max_devices):
+        return hardware
+    return dataclasses.replace(hardware, interconnect=hardware.scale_out)
 
 
 def sum_timings(timings: list[Timing]) -> Timing:

@@ -66,7 +66,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, NamedTuple
 
-from phasewise.cost.base import StepTiming, Timing, link_for, math_format_for, sum_timings
+from phasewise.cost.base import (StepTiming, Timing, hardware_for_collective, link_for,
+                                 math_format_for, sum_timings)
 from phasewise.cost.calibration import (ConstantSource, Constants, Engine, Profile, Traits,
                                         constant_sources, constants_for, load_profile,
                                         resolve_engine, traits_for)
@@ -364,7 +365,8 @@ class Calibrated:
         return c.step_overhead_s + (c.parallel_step_overhead_s if ledger.devices > 1 else 0.0)
 
     def step_time(self, ledger: Ledger, hardware: HardwareSpec) -> StepTiming:
-        priced = tuple((op, self.op_time(op, hardware, math_format_for(op, ledger.math_format)))
+        priced = tuple((op, self.op_time(op, hardware_for_collective(hardware, op, ledger),
+                                        math_format_for(op, ledger.math_format)))
                        for op in ledger.ops)
         step_s = self.step_fixed_s(ledger)
         overhead = Timing(step_s, 0.0, 0.0, 0.0, step_s, "overhead", 0.0, 0.0, 0.0)

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from phasewise.cost.base import math_format_for
+from phasewise.cost.base import hardware_for_collective, math_format_for
 from phasewise.cost.calibrated import OpFeatures, op_features, priced_parts
 from phasewise.cost.calibration import (GENERIC_ENGINE, Engine, ParameterDef, Profile,
                                         level_keys, parameter_defs, traits_for)
@@ -127,7 +127,7 @@ class _Problem:
                 step_ctx.append(ctx), step_obs.append(i), step_weight.append(weight)
                 step_parallel.append(1.0 if ledger.devices > 1 else 0.0)
                 for op in ledger.ops:
-                    features = op_features(op, obs.hardware,
+                    features = op_features(op, hardware_for_collective(obs.hardware, op, ledger),
                                            math_format_for(op, ledger.math_format), traits)
                     for name in OpFeatures.__slots__:
                         columns[name].append(getattr(features, name))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phasewise.cost.base import StepTiming, Timing, link_for, math_format_for, sum_timings
+from phasewise.cost.base import (StepTiming, Timing, hardware_for_collective, link_for,
+                                 math_format_for, sum_timings)
 from phasewise.ledger import Ledger, Op
 from phasewise.specs import HardwareSpec
 
@@ -30,6 +31,7 @@ class SpeedOfLight:
                       op.flops, op.memory_bytes, 0.0)
 
     def step_time(self, ledger: Ledger, hardware: HardwareSpec) -> StepTiming:
-        priced = tuple((op, self.op_time(op, hardware, math_format_for(op, ledger.math_format)))
+        priced = tuple((op, self.op_time(op, hardware_for_collective(hardware, op, ledger),
+                            math_format_for(op, ledger.math_format)))
                        for op in ledger.ops)
         return StepTiming(sum_timings([t for _, t in priced]), priced)

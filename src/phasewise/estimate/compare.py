@@ -103,7 +103,9 @@ def device_result(est: Estimate, device: HardwareSpec, par: Parallelism) -> Devi
         tokens_per_s_per_device=est.tokens_per_s_per_gpu, usd_per_hour=price,
         usd_per_million_input_tokens=ce.usd_per_million_input_tokens if ce else None,
         usd_per_million_output_tokens=ce.usd_per_million_output_tokens if ce else None,
-        usd_per_thousand_requests=per_request)
+        usd_per_thousand_requests=per_request,
+        price_basis=device.price.basis if device.price else ("catalog" if price is not None else None),
+        price_date=device.price.date if device.price else None, unpriced=price is None)
 
 
 def _sort_key(criterion: str) -> Callable[[DeviceResult], tuple[bool, float]]:

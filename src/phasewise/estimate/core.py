@@ -16,6 +16,7 @@ from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_l
                               kv_cache_bytes_per_device, param_counts, weight_bytes_per_device)
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
 from phasewise.specs.precision import MODULE_CLASSES
+from phasewise.specs.compute import precision_on
 
 # Share of device memory an engine leaves for the runtime (CUDA context, allocator slack,
 # graphs): vLLM's default gpu_memory_utilization is 0.9. macOS lets the GPU wire about 75%
@@ -54,6 +55,8 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
     device = load_hardware(hardware) if isinstance(hardware, str) else hardware
     cost_model = (cost_model_for(cost, device, engine=engine, calibration=calibration)
                   if isinstance(cost, str) else cost)
+    choice = precision_on(precision, device)  # FP4 natively, or weight-only where there is none
+    precision = choice.precision
     device.peak_flops(precision.math_format)  # a clear error when the format is missing
     b, isl, osl = workload.batch_size, workload.isl, workload.osl
 
@@ -85,7 +88,7 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
                            state_bytes_per_sequence=counts.state_bytes_per_sequence,
                            params_mtp=counts.mtp, params_vision=counts.vision,
                            layer_kinds={g.label: g.count for g in spec.layer_groups}),
-        hardware=_hardware_summary(device, precision, parallelism),
+        hardware=_hardware_summary(device, precision, parallelism, choice.reason),
         prefill=pre, decode=dec,
         ttft_s=pre.time_s, tpot_s=dec.time_s, e2el_s=e2el, tokens_per_s=tokens_per_s,
         prefill_tokens_per_s=pre.tokens_per_s, decode_tokens_per_s=dec.tokens_per_s,
@@ -156,14 +159,19 @@ def _phase_report(phase: str, label: str, tokens: int, priced: list[_Priced],
     )
 
 
-def _hardware_summary(device: HardwareSpec, precision: Precision, par: Parallelism) -> HardwareSummary:
+def _hardware_summary(device: HardwareSpec, precision: Precision, par: Parallelism,
+                      math_format_reason: str = "") -> HardwareSummary:
     fmt = precision.math_format
+    price = device.price
     return HardwareSummary(
         name=device.name, display_name=device.display_name, device_class=device.device_class,
         math_format=fmt, peak_flops_per_s=device.peak_flops(fmt),
         memory_bandwidth_bytes_per_s=device.memory_bandwidth_bytes_per_s,
         memory_bytes=device.memory_bytes, ridge_point=device.ridge_point(fmt),
-        devices=par.devices, price_usd_per_hour=device.price_usd_per_hour)
+        devices=par.devices, price_usd_per_hour=device.price_usd_per_hour,
+        math_format_reason=math_format_reason,
+        price_basis=price.basis if price else None, price_date=price.date if price else None,
+        price_label=price.label if price else None)
 
 
 def reserve_bytes(device: HardwareSpec) -> float:

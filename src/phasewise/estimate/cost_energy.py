@@ -11,7 +11,7 @@ import dataclasses
 
 from phasewise.errors import InputError
 from phasewise.estimate.types import CostEnergy
-from phasewise.specs import HardwareSpec
+from phasewise.specs import HardwareSpec, Price
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_MILLION = 1e6
@@ -59,4 +59,5 @@ def with_price(device: HardwareSpec, usd_per_hour: float | None) -> HardwareSpec
     if usd_per_hour < 0:
         raise InputError(f"--price {usd_per_hour}: an hourly price cannot be negative; give "
                          "US dollars per device-hour, e.g. --price 2.49.")
-    return dataclasses.replace(device, price_usd_per_hour=float(usd_per_hour))
+    return dataclasses.replace(device, price_usd_per_hour=float(usd_per_hour),
+                               price=Price(float(usd_per_hour), "override", "--price"))

@@ -18,6 +18,7 @@ from phasewise.estimate.types import Estimate, PhaseReport
 from phasewise.estimate.whatif_types import Explanation, PhaseExplanation
 from phasewise.ledger import Step, build_ledger
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+from phasewise.specs.compute import precision_on
 
 # Search bounds: 2^24 sequences or prompt tokens is past any real batch or context window,
 # so a turning point beyond it is reported as "never".
@@ -79,6 +80,7 @@ def explain(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | st
     """Prefill and decode side by side for this configuration, with the turning points."""
     spec, device, cost_model = resolve(model, hardware, cost)
     precision = precision.for_model(spec)  # 'auto': the checkpoint's formats
+    precision = precision_on(precision, device).precision  # the matmul format this device runs
     est = estimate(spec, device, workload, precision, parallelism, cost=cost_model)
     context = average_decode_context(workload)
     crossover = decode_compute_bound_batch(spec, device, context, precision, parallelism)

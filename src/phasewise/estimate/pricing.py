@@ -12,6 +12,7 @@ from phasewise.cost.calibrated import engine_steps, merge_step_timings
 from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
 from phasewise.ledger import Ledger, Step, build_ledger
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+from phasewise.specs.compute import precision_on
 
 # Simpson's rule over the first, middle and last decode context, as the estimate averages
 # decode: exact while step time is piecewise linear in the context.
@@ -55,7 +56,9 @@ def resolve(model: ModelSpec | str, hardware: HardwareSpec | str,
 def price_step(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,
                device: HardwareSpec, cost_model: CostModel) -> tuple[Ledger, StepTiming]:
     """The step's ledger and its time, as the estimate prices it: an engine that runs a long
-    prompt in chunks has each chunk priced and the parts summed."""
+    prompt in chunks has each chunk priced and the parts summed. The precision runs as the
+    device runs it (``precision_on``: FP4 natively, or weight-only where it has no FP4)."""
+    precision = precision_on(precision, device).precision
     ledger = build_ledger(model, step, precision, par)
     passes = engine_steps(cost_model, step)
     if len(passes) == 1:

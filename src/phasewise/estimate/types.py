@@ -59,6 +59,10 @@ class HardwareSummary(_Frozen):
     ridge_point: float  # FLOP per byte
     devices: int
     price_usd_per_hour: float | None
+    math_format_reason: str = ""  # why the matmuls run in math_format on this device, if not plain
+    price_basis: str | None = None  # "on-demand", "purchase" (amortised) or "override"
+    price_date: str | None = None
+    price_label: str | None = None  # the price as a report line: figure, basis, provider, date
 
 
 class PhaseReport(_Frozen):

@@ -121,6 +121,9 @@ class DeviceResult(_Frozen):
     usd_per_million_input_tokens: float | None
     usd_per_million_output_tokens: float | None
     usd_per_thousand_requests: float | None  # whole request: prefill plus every decode step
+    price_basis: str | None = None  # "on-demand", "purchase" (amortised), "override"; None: unpriced
+    price_date: str | None = None
+    unpriced: bool = False  # no price: ranked after every priced device, by throughput
 
 
 class Comparison(_Document):

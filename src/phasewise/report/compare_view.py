@@ -31,7 +31,7 @@ def comparison_table(c: Comparison, *, show_skipped: bool = False) -> Group:
                       rate(r.tokens_per_s_per_device, ""),
                       f"{gigabytes(r.memory_total_bytes)} / {gigabytes(r.capacity_bytes)}"
                       + ("" if r.fits else " ✗"),
-                      f"{r.max_batch_size:,}", usd(r.usd_per_hour),
+                      f"{r.max_batch_size:,}", _hourly(r),
                       usd(r.usd_per_million_input_tokens), usd(r.usd_per_million_output_tokens),
                       usd(r.usd_per_thousand_requests))
     winners = Table(title="Winner per criterion", title_justify="left", show_header=False)
@@ -49,8 +49,17 @@ def comparison_table(c: Comparison, *, show_skipped: bool = False) -> Group:
                               "this precision or parallelism); --show-skipped lists them.",
                               style="yellow"))
     parts.append(Text("$/M input charges the prefill time, $/M output the decode steps; "
-                      "devices without a catalog price rank last (give --price).", style="dim"))
+                      "devices without a catalog price are marked 'unpriced' and rank after every "
+                      "priced one (give --price); '(bought)' is a purchase price spread over its "
+                      "amortisation years.", style="dim"))
     return Group(*parts)
+
+
+def _hourly(r: Any) -> str:
+    """The device's $/h, marked when it is an amortised purchase; 'unpriced' when none."""
+    if r.unpriced:
+        return "unpriced"
+    return usd(r.usd_per_hour) + (" (bought)" if r.price_basis == "purchase" else "")
 
 
 def comparison_rows(c: Comparison) -> list[dict[str, Any]]:

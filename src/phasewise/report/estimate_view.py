@@ -108,14 +108,24 @@ def estimate_table(est: Estimate) -> Group:
     memory.add_row("verdict", verdict)
     memory.add_row("largest batch that fits", f"{m.max_batch_size:,}")
 
-    parts: list[Any] = [Text(headline(est), style="bold"), Text(model_line(est)), phases,
-                        latency, memory]
+    parts: list[Any] = [Text(headline(est), style="bold"), Text(model_line(est)),
+                        *_device_lines(est), phases, latency, memory]
     parts += [Text(f"warning: {w}", style="yellow") for w in est.warnings]
     if est.ops:
         parts.append(ops_table(est))
     if est.constants:
         parts.append(constants_table(est))
     return Group(*parts)
+
+
+def _device_lines(est: Estimate) -> list[Text]:
+    """The matmul format the device runs (and why, when the device decided it) and the price
+    the dollar figures use, with its basis and date."""
+    hw = est.hardware
+    math = f"matmuls in {hw.math_format}" + (f": {hw.math_format_reason}" if hw.math_format_reason
+                                             else "")
+    price = hw.price_label or "no catalog price (give --price for dollar figures)"
+    return [Text(math, style="dim"), Text(f"price: {price}", style="dim")]
 
 
 def constants_table(est: Estimate) -> Table:

@@ -1,6 +1,6 @@
 """Immutable descriptions of the three inputs: model, hardware, workload (+ precision, parallelism)."""
 
-from phasewise.specs.hardware import DEVICE_CLASSES, HardwareSpec, Link
+from phasewise.specs.hardware import DEVICE_CLASSES, HardwareSpec, Link, Price
 from phasewise.specs.model import (MLP, Attention, CheckpointFormats, DenseMLP, LatentAttention,
                                    Layer, LayerGroup, LinearAttention, LinearMixer, LinearMLP,
                                    Mamba2, Mixer, ModelSpec, MoE)
@@ -10,4 +10,4 @@ from phasewise.specs.workload import Parallelism, Workload
 __all__ = ["DEVICE_CLASSES", "FORMATS", "HardwareSpec", "LayerGroup", "Link", "ModelSpec",
            "MLP", "Attention", "CheckpointFormats", "DenseMLP", "LatentAttention", "Layer",
            "LinearAttention", "LinearMixer", "LinearMLP", "Mamba2", "Mixer", "MoE",
-           "NumberFormat", "Parallelism", "Precision", "Workload", "number_format"]
+           "NumberFormat", "Parallelism", "Precision", "Price", "Workload", "number_format"]

@@ -26,6 +26,50 @@ class Link:
     kind: str = ""
     max_devices: int = 1
     source: str = ""
+    topology: str = ""  # how the domain is wired: "NVSwitch, 72 GPUs", "3D torus", ...
+
+
+# A bought device's price is spread over this many years of round-the-clock use unless its
+# sheet says otherwise: three years is the straight-line depreciation life hyperscalers and
+# GPU clouds used for servers before 2022 and the common planning horizon for a workstation.
+DEFAULT_AMORTISATION_YEARS = 3.0
+HOURS_PER_YEAR = 365.0 * 24.0
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """What one device-hour costs, and where that figure comes from.
+
+    ``basis`` is "on-demand" (a cloud list price per device-hour), "purchase" (a bought
+    part: purchase_usd / (amortisation_years · 8,760 h), power and hosting excluded) or
+    "override" (--price)."""
+
+    usd_per_hour: float
+    basis: str
+    source: str = ""
+    date: str = ""
+    provider: str = ""
+    purchase_usd: float | None = None
+    amortisation_years: float | None = None
+
+    @classmethod
+    def bought(cls, purchase_usd: float, *, years: float = DEFAULT_AMORTISATION_YEARS,
+               source: str = "", date: str = "", provider: str = "") -> Price:
+        """usd_per_hour = purchase_usd / (years · 365 · 24): the part used round the clock."""
+        return cls(purchase_usd / (years * HOURS_PER_YEAR), "purchase", source, date, provider,
+                   purchase_usd, years)
+
+    @property
+    def label(self) -> str:
+        """One line for a report: the hourly figure, its basis, who and when."""
+        if self.basis == "purchase" and self.purchase_usd is not None:
+            what = (f"${self.purchase_usd:,.0f} purchase over {self.amortisation_years:g} years "
+                    f"= ${self.usd_per_hour:,.3f}/h")
+        else:
+            what = f"${self.usd_per_hour:,.3f}/h {self.basis}"
+        who = self.provider or self.source.split(" (")[0][:60]
+        where = ", ".join(x for x in (who, self.date) if x)
+        return what + (f" ({where})" if where else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +88,9 @@ class HardwareSpec:
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
     notes: str = ""
+    price: Price | None = None  # the hourly price with its basis, source and date
+    native_formats: tuple[str, ...] = ()  # formats the matrix units take; () = every peak
+    scale_out: Link | None = None  # the NIC a layout wider than the interconnect's domain uses
 
     def __post_init__(self) -> None:
         if self.device_class not in DEVICE_CLASSES:
@@ -55,6 +102,9 @@ class HardwareSpec:
         if self.memory_bytes <= 0 or self.memory_bandwidth_bytes_per_s <= 0:
             raise InputError(f"hardware '{self.name}': memory capacity_gb and bandwidth_gb_per_s "
                              "must be positive.")
+        if self.price is not None and self.price.usd_per_hour != self.price_usd_per_hour:
+            # the hourly figure was changed (a what-if, a test): its provenance no longer applies
+            object.__setattr__(self, "price", None)
 
     def __hash__(self) -> int:
         return hash((self.name, self.memory_bytes, self.memory_bandwidth_bytes_per_s,
@@ -72,6 +122,14 @@ class HardwareSpec:
         have = ", ".join(self.peak_flops_per_s)
         raise InputError(f"{self.display_name} has no {math_format} math (it has {have}); "
                          f"choose one of those with --act-dtype/--weight-dtype.")
+
+    def computes_natively(self, math_format: str) -> bool:
+        """Whether the matrix units take ``math_format`` as it is (the sheet's native_formats,
+        or every format it gives a peak for when it lists none). "nvfp4" asks for NVIDIA's
+        16-value FP4 blocks with fp8 scales, which some FP4 units (MXFP4 only) do not take."""
+        if not self.native_formats:
+            return self.supports("fp4" if math_format == "nvfp4" else math_format)
+        return math_format in self.native_formats or _SAME_RATE.get(math_format) in self.native_formats
 
     @property
     def vector_flops(self) -> float:

@@ -73,6 +73,8 @@ FORMATS: dict[str, NumberFormat] = {
                      "FP8 e4m3 with one fp32 scale per 128×128 block (DeepSeek-V3's "
                      "quantization_config weight_block_size [128, 128])"),
         NumberFormat("int8", 8, "int8", "8-bit integer; per-channel scales negligible"),
+        NumberFormat("fp6", 6.25, "fp6", "MXFP6: 32 e2m3/e3m2 values share one 8-bit scale "
+                     "(OCP Microscaling Formats (MX) v1.0 spec)"),
         NumberFormat("fp4", 4.25, "fp4", "MXFP4: 32 e2m1 values share one 8-bit scale (OCP MX spec)"),
         NumberFormat("nvfp4", 4.5, "fp4", "NVFP4: 16 e2m1 values share one fp8 scale"),
         NumberFormat("int4", 4.125, None, "GPTQ/AWQ int4, group size 128 with an fp16 scale per group"),
@@ -121,7 +123,7 @@ _ALIASES = {
     "float32": "fp32", "f32": "fp32", "float": "fp32",
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "f16": "F16",
     "fp8_e4m3": "fp8", "e4m3": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8",
-    "mxfp4": "fp4", "w4a16": "int4", "awq": "int4", "gptq": "int4",
+    "mxfp4": "fp4", "mxfp6": "fp6", "w4a16": "int4", "awq": "int4", "gptq": "int4",
     "mxfp4 moe": "MXFP4_MOE", "mxfp4-moe": "MXFP4_MOE",
 }
 
@@ -140,6 +142,11 @@ def number_format(name: str) -> NumberFormat:
         f"unknown number format '{name}'.{nearest_hint(name, list(FORMATS))} "
         f"Known: {', '.join(FORMATS)}."
     )
+
+
+# Matmul formats narrower than 16 bits: they run at their own rate only when both operands
+# are in them.
+LOW_PRECISION_MATH = ("fp8", "int8", "fp6", "fp4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +169,9 @@ class Precision:
     kv_keep: float = 1.0
     module_weights: tuple[tuple[str, str], ...] = ()
     source: str = ""
+    # The peak column a device runs the GEMMs at when it differs from what the formats alone
+    # imply ("" otherwise): set by specs.compute.precision_on for one device.
+    compute: str = ""
     _class_bytes: dict[str, float] = field(default_factory=dict, init=False, repr=False,
                                            compare=False)
 
@@ -255,12 +265,15 @@ class Precision:
 
     @property
     def math_format(self) -> str:
-        """The peak-FLOP/s column GEMMs run at: fp8 only when weights and activations both are."""
+        """The peak-FLOP/s column GEMMs run at: fp8 only when weights and activations both are
+        (unless a device's choice, ``compute``, says otherwise)."""
+        if self.compute:
+            return self.compute
         weight_math = self._weights_format.math_format
         act_math = number_format(self.activations).math_format
-        if weight_math in ("fp8", "int8", "fp4") and act_math == weight_math:
+        if weight_math in LOW_PRECISION_MATH and act_math == weight_math:
             return weight_math
-        if act_math in ("fp8", "int8", "fp4") and weight_math != act_math:
+        if act_math in LOW_PRECISION_MATH and weight_math != act_math:
             # fp8 activations against 16-bit weights run at the wider format's rate.
             return weight_math if weight_math in ("bf16", "fp16", "fp32") else "bf16"
         return act_math  # type: ignore[return-value]

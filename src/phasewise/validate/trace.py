@@ -12,7 +12,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from phasewise.cost.base import math_format_for
+from phasewise.cost.base import hardware_for_collective, math_format_for
 from phasewise.cost.calibrated import Calibrated
 from phasewise.cost.calibration import ConstantSource, Profile
 from phasewise.errors import InputError
@@ -119,7 +119,8 @@ def _step_causes(cost: Calibrated, ledger, hardware) -> dict[str, float]:  # noq
     """One pass's time by cause, from the same parts ``Calibrated.step_time`` sums."""
     causes = dict.fromkeys(CAUSES, 0.0)
     for op in ledger.ops:
-        p = cost.op_parts(op, hardware, math_format_for(op, ledger.math_format))
+        p = cost.op_parts(op, hardware_for_collective(hardware, op, ledger),
+                          math_format_for(op, ledger.math_format))
         causes["compute" if p.compute_s > p.memory_s else "memory"] += max(p.compute_s,
                                                                            p.memory_s)
         causes["serial"] += p.serial_s
