@@ -292,3 +292,15 @@ def test_cross_attention_layers_add_no_kv_per_text_token():
            "cross_attention_layers": [1, 3]}
     counts = param_counts(model_from_config(cfg, "mllama"), kv_bytes=2)
     assert counts.kv_bytes_per_token == 2 * 2 * 2 * 64 * 2  # two self-attention layers
+
+
+def test_an_fp8_checkpoint_runs_w8a8_where_the_device_has_fp8_and_weight_only_elsewhere():
+    from phasewise.catalog import load_hardware, load_model
+    from phasewise.specs.compute import precision_on
+
+    precision = Precision().for_model(load_model("deepseek-r1"))  # fp8, 128×128 block scales
+    assert precision_on(precision, load_hardware("h200-sxm")).math_format == "fp8"
+    a100 = precision_on(precision, load_hardware("a100-sxm-80gb"))
+    assert a100.math_format == "bf16" and "weight-only" in a100.reason
+    flagged = Precision(weights="fp8_block")  # a flag, not the checkpoint: the formats decide
+    assert precision_on(flagged, load_hardware("h200-sxm")).math_format == "bf16"

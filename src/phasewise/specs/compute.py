@@ -43,6 +43,30 @@ class ComputeChoice:
     reason: str = ""
 
 
+FP8_FORMATS = ("fp8", "fp8_block")
+
+
+def from_checkpoint(precision: Precision) -> bool:
+    """The formats came from a checkpoint's quantization config, not from a flag."""
+    return precision.source.startswith(("quantization_config", "hf_quant_config"))
+
+
+def _fp8_checkpoint(precision: Precision, device: HardwareSpec) -> ComputeChoice:
+    """An FP8 checkpoint (DeepSeek-V3's block-scaled weights, ModelOpt and compressed-tensors
+    FP8) runs W8A8 where the matrix units take fp8: the engines quantise activations per token
+    or per 128-block on the fly (vLLM's fp8 and block-fp8 linear methods). Elsewhere (Ampere)
+    it is weight-only: Marlin FP8 kernels dequantise the weights and multiply in bf16."""
+    name = device.display_name
+    if device.computes_natively("fp8"):
+        chosen = dataclasses.replace(precision, compute="fp8")
+        return ComputeChoice(chosen, "fp8", f"{name} multiplies fp8 natively: the checkpoint's "
+                             f"{precision.weights} weights with activations quantised to fp8 on "
+                             "the fly (W8A8)")
+    return ComputeChoice(precision, precision.math_format, f"{name}: no FP8 matrix math; "
+                         f"{precision.weights} weights are dequantised to "
+                         f"{precision.math_format} (weight-only)")
+
+
 def takes_blocks(device: HardwareSpec, weights: str) -> bool:
     """Whether the device's matrix units take the weights' 4-bit blocks as stored."""
     return device.computes_natively("nvfp4" if weights == "nvfp4" else "fp4")
@@ -62,6 +86,8 @@ def precision_on(precision: Precision, device: HardwareSpec) -> ComputeChoice:
         return ComputeChoice(precision, precision.compute)
     weights, activations = precision.weights, precision.activations
     requested, name = precision.math_format, device.display_name
+    if weights in FP8_FORMATS and from_checkpoint(precision) and requested != "fp8":
+        return _fp8_checkpoint(precision, device)
     if weights not in FP4_FORMATS:
         return ComputeChoice(precision, requested)
     native = takes_blocks(device, weights)
