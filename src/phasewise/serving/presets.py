@@ -37,9 +37,11 @@ class HostTime:
     per_seq_s: float = 0.0
     overlap: bool = False
     source: str = ""
+    device_scale: float = 1.0  # the engine's kernels against the cost model's, fitted
 
     def step_s(self, device_s: float, sequences: int) -> float:
         host_s = self.base_s + self.per_seq_s * sequences
+        device_s *= self.device_scale
         return max(device_s, host_s) if self.overlap else device_s + host_s
 
 
@@ -157,7 +159,8 @@ def host_time(engine: str, overlap: bool) -> HostTime:
     fit = fits.get(engine)
     if fit is None:
         return HostTime(overlap=overlap, source="no fit for this engine: no host time")
-    return HostTime(fit["base_s"], fit["per_seq_s"], overlap, fit.get("source", ""))
+    return HostTime(fit["base_s"], fit["per_seq_s"], overlap, fit.get("source", ""),
+                    fit.get("device_scale", 1.0))
 
 
 def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,

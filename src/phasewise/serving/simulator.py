@@ -69,6 +69,7 @@ class Server:
     engine: str | None = None  # the calibrated model's engine profile (None: the preset's)
     calibration: str | None = None  # a calibration profile file (None: the bundled one)
     preset: EngineSettings | None = None  # graph padding, host time, memory share
+    fast_forward: bool = True  # steady decode runs as one event (the same results)
 
 
 @dataclass
@@ -177,7 +178,11 @@ def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: C
     first = len(cluster.replicas)
     args = (role, policy(), pricer, capacity, limits, cluster)
     if spec is None:
-        return [Replica(first + i, *args) for i in range(pool.replicas)], capacity
+        members = [Replica(first + i, role, policy(), pricer, capacity, limits, cluster)
+                   for i in range(pool.replicas)]
+        for member in members:
+            member.fast_forward = server.fast_forward
+        return members, capacity
     return [SpeculativeReplica(first + i, *args, tokens_per_round=spec.tokens_per_round)
             for i in range(pool.replicas)], capacity
 
