@@ -54,9 +54,14 @@ def _replay_one(args):  # noqa: ANN001, ANN202
 def replay_rows(rows, hosts: dict, prompts: int, workers: int) -> dict:  # noqa: ANN001
     """line -> (ttft_s, tpot_s, skip reason), ``hosts[engine]`` the host time used."""
     jobs = [(r, hosts.get(r.engine), prompts) for r in rows]
+    out = {}
     with Pool(workers) as pool:
-        return {line: (ttft, tpot, why) for line, ttft, tpot, why in
-                pool.imap_unordered(_replay_one, jobs, chunksize=4)}
+        for done, (line, ttft, tpot, why) in enumerate(
+                pool.imap_unordered(_replay_one, jobs, chunksize=2), start=1):
+            out[line] = (ttft, tpot, why)
+            if done % 100 == 0:
+                print(f"  {done}/{len(jobs)} rows", file=sys.stderr, flush=True)
+    return out
 
 
 def write_table(path: Path, rows, sims: dict) -> None:  # noqa: ANN001

@@ -68,10 +68,21 @@ class ServingRow:
     ttft_s: float
     tpot_s: float
     line: int
+    # how the load was set: "concurrency" (a closed loop), "rate" (Poisson arrivals),
+    # "mlperf_server" (Poisson at the target rate), "mlperf_offline" or "max_throughput"
+    # (every request queued at once, the engine picks the batch)
+    load: str = "concurrency"
+    request_rate: float = 0.0
+    output_tokens_per_s: float = float("nan")  # measured throughput, where the row has it
 
     @property
     def device(self) -> str:
         return DEVICES.get(self.hardware, self.hardware)
+
+
+LOADS = ("concurrency", "rate", "mlperf_server", "mlperf_offline", "max_throughput")
+# Requests a saturating run (Offline, max throughput) queues: enough for a steady batch.
+SATURATION_REQUESTS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +91,15 @@ class ServingResult:
     ttft_s: float
     tpot_s: float
     devices: int
+    output_tokens_per_s: float = float("nan")
+
+    def errors(self) -> dict[str, float]:
+        """simulated / measured − 1 for every figure the row measured."""
+        pairs = {"ttft": (self.ttft_s, self.row.ttft_s), "tpot": (self.tpot_s, self.row.tpot_s),
+                 # a throughput is read as its time, as the single-stream rows are
+                 "throughput": (self.row.output_tokens_per_s, self.output_tokens_per_s)}
+        return {k: sim / meas - 1.0 for k, (sim, meas) in pairs.items()
+                if np.isfinite(sim) and np.isfinite(meas) and meas > 0}
 
     @property
     def ttft_error(self) -> float:
@@ -103,6 +123,10 @@ def _pool(r: dict, prefix: str) -> Pool:
                 batch=_int(r.get(f"{prefix}batch_size", "")))
 
 
+def _ms(text: str | None) -> float:
+    return float(text) / 1e3 if text not in (None, "") else float("nan")
+
+
 def load_serving(path: str | Path = SERVING_FILE) -> tuple[list[ServingRow], list[Problem]]:
     """Every row of a serving file, and a Problem for each row that cannot be read."""
     rows, problems = [], []
@@ -112,12 +136,28 @@ def load_serving(path: str | Path = SERVING_FILE) -> tuple[list[ServingRow], lis
             disagg = r["mode"] == "disagg"
             found = _CONCURRENCY.search(r["silicon_data_source"])
             concurrency = int(found.group(1)) if found else _int(r["batch_size"])
+            load = (r.get("load") or "concurrency").strip()
+            if load not in LOADS:
+                problems.append(Problem(line, r["id"], f"load '{load}' is not one of "
+                                        f"{', '.join(LOADS)}"))
+                continue
+            rate = float(r.get("request_rate") or 0.0)
+            if load in ("rate", "mlperf_server") and not rate > 0:
+                problems.append(Problem(line, r["id"], f"a {load} row needs a request_rate"))
+                continue
+            if load != "concurrency":
+                concurrency = concurrency or 0
+            elif not concurrency:
+                problems.append(Problem(line, r["id"], "the row records no concurrency (neither "
+                                        "batch_size nor silicon_concurrency)"))
+                continue
             pools = (_pool(r, "prefill_"), _pool(r, "decode_")) if disagg else (_pool(r, ""),)
             rows.append(ServingRow(
                 r["id"], r["silicon_data_source"], r["backend"], r["backend_version"],
                 r["model_path"], r["system"], r["gemm_quant_mode"], r["mode"], int(r["isl"]),
-                int(r["osl"]), concurrency, pools, float(r["silicon_ttft_ms"]) / 1e3,
-                float(r["silicon_tpot_ms"]) / 1e3, line))
+                int(r["osl"]), concurrency, pools, _ms(r.get("silicon_ttft_ms")),
+                _ms(r.get("silicon_tpot_ms")), line, load, rate,
+                float(r.get("output_tokens_per_s") or "nan")))
         except (KeyError, TypeError, ValueError) as err:
             problems.append(Problem(line, r.get("id", ""), f"cannot read the row ({err})"))
     return rows, problems
@@ -174,11 +214,22 @@ def replay(row: ServingRow, *, host=None, prompts_per_client: int = PROMPTS_PER_
     from phasewise.serving.requests import Requests
 
     server = server_for(row, host=host)
-    n = max(1, row.concurrency * prompts_per_client)
-    requests = Requests(np.full(n, row.isl, dtype=np.int64), np.full(n, row.osl, dtype=np.int64))
-    sim = simulate(server, requests, closed_loop=ClosedLoop(row.concurrency))
+    closed = None
+    if row.load == "concurrency":
+        n, arrival_s = max(1, row.concurrency * prompts_per_client), None
+        closed = ClosedLoop(row.concurrency)
+    elif row.load in ("rate", "mlperf_server"):
+        n = max(SATURATION_REQUESTS // 5, int(row.request_rate * 60))  # a minute of arrivals
+        arrival_s = np.cumsum(np.random.default_rng(seed).exponential(1 / row.request_rate, n))
+    else:
+        n, arrival_s = SATURATION_REQUESTS, np.zeros(SATURATION_REQUESTS)
+    requests = Requests(np.full(n, row.isl, dtype=np.int64), np.full(n, row.osl, dtype=np.int64),
+                        arrival_s)
+    sim = simulate(server, requests, closed_loop=closed)
     m = request_metrics(sim)
-    return ServingResult(row, float(m.ttft_s.mean()), float(np.nanmean(m.tpot_s)), sim.devices)
+    duration_s = float((m.arrival_s + m.e2el_s).max() - m.arrival_s.min())
+    return ServingResult(row, float(m.ttft_s.mean()), float(np.nanmean(m.tpot_s)), sim.devices,
+                         float(m.output_tokens.sum()) / duration_s)
 
 
 def replay_all(rows: list[ServingRow], *, host_for=None, prompts_per_client: int = PROMPTS_PER_CLIENT  # noqa: ANN001
