@@ -53,11 +53,13 @@ def _replay_one(args):  # noqa: ANN001, ANN202
 
 def replay_rows(rows, hosts: dict, prompts: int, workers: int) -> dict:  # noqa: ANN001
     """line -> (ttft_s, tpot_s, skip reason), ``hosts[engine]`` the host time used."""
-    jobs = [(r, hosts.get(r.engine), prompts) for r in rows]
+    # rows of one model, device, format and engine share step prices: keep them together
+    ordered = sorted(rows, key=lambda r: (r.model, r.hardware, r.gemm_quant, r.engine, r.line))
+    jobs = [(r, hosts.get(r.engine), prompts) for r in ordered]
     out = {}
     with Pool(workers) as pool:
         for done, (line, ttft, tpot, why) in enumerate(
-                pool.imap_unordered(_replay_one, jobs, chunksize=2), start=1):
+                pool.imap_unordered(_replay_one, jobs, chunksize=16), start=1):
             out[line] = (ttft, tpot, why)
             if done % 100 == 0:
                 print(f"  {done}/{len(jobs)} rows", file=sys.stderr, flush=True)

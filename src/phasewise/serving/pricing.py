@@ -55,7 +55,8 @@ class StepPricer:
                  bucket_tokens: int = DEFAULT_BUCKET_TOKENS,
                  draft: tuple[ModelSpec, Parallelism, int] | None = None,
                  padded_batch: Callable[[int], int] | None = None,
-                 host: HostTime | None = None, relative_buckets: bool = True) -> None:
+                 host: HostTime | None = None, relative_buckets: bool = True,
+                 cache: dict | None = None) -> None:
         self.model, self.hardware, self.precision = model, hardware, precision
         self.parallelism, self.cost, self.bucket = parallelism, cost, max(1, bucket_tokens)
         self.padded_batch, self.host, self.relative = padded_batch, host, relative_buckets
@@ -63,7 +64,7 @@ class StepPricer:
         # round: γ draft decode steps, and one target step verifying γ+1 tokens a sequence.
         self.draft = draft
         self.decode_tokens = 1 + (draft[2] if draft else 0)
-        self._cache: dict[tuple, float] = {}
+        self._cache: dict[tuple, float] = {} if cache is None else cache
         self.misses = 0
 
     def step_s(self, decode_batch: int, context_sum: int, chunks: tuple[Chunk, ...] = ()) -> float:

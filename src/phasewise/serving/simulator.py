@@ -70,6 +70,10 @@ class Server:
     calibration: str | None = None  # a calibration profile file (None: the bundled one)
     preset: EngineSettings | None = None  # graph padding, host time, memory share
     fast_forward: bool = True  # steady decode runs as one event (the same results)
+    # step prices kept across runs of the same model, device, formats and engine (keyed
+    # by pool role, parallelism and device inside): a sweep or a validation replay prices
+    # each shape once; None keeps them per run
+    price_cache: dict | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass
@@ -164,8 +168,10 @@ def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: C
         draft_model, draft_par, _ = spec.drafter(model, pool.parallelism)
         draft = (draft_model, draft_par, spec.tokens)
         extra = spec.memory(model, server.precision, pool.parallelism)
+    shared = None if server.price_cache is None else server.price_cache.setdefault(
+        (role, pool.parallelism, device.name, bucket_tokens), {})
     pricer = StepPricer(model, device, server.precision, pool.parallelism, cost,
-                        bucket_tokens=bucket_tokens, draft=draft,
+                        bucket_tokens=bucket_tokens, draft=draft, cache=shared,
                         padded_batch=preset.padded_batch if preset else None,
                         host=preset.host if preset else None)
     capacity = kv_capacity(model, device, server.precision, pool.parallelism,

@@ -37,6 +37,9 @@ DEVICES = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm"}
 FORMATS = {"": ("bf16", "bf16"), "fp8": ("fp8", "fp8"), "fp8_block": ("fp8", "fp8"),
            "nvfp4": ("mxfp4", "bf16"), "int4_wo": ("int4", "bf16")}
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+# Step prices shared by the rows of one model, device, format and engine timing (a
+# process's replays price each step shape once; see serving.Server.price_cache).
+_PRICES: dict[tuple, dict] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,13 +187,15 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
     if host is not None:
         preset = replace(preset, host=replace(host, overlap=preset.host.overlap))
     pools = [SimPool(row.device, par, p.workers) for par, p in zip(pars, row.pools)]
+    prices = _PRICES.setdefault((row.model, row.device, row.gemm_quant, preset.cost_engine,
+                                 preset.cuda_graph_sizes, preset.host), {})
     decode_batch = row.pools[-1].batch
     seqs = min(preset.max_num_seqs, decode_batch) if decode_batch else preset.max_num_seqs
     scheduler = "disaggregated" if row.mode == "disagg" else preset.scheduler
     return Server(model=model, pool=pools[0], decode_pool=pools[1] if len(pools) > 1 else None,
                   precision=Precision(weights, acts), scheduler=scheduler,
                   max_seqs=max(seqs, 1), max_batched_tokens=preset.max_num_batched_tokens or None,
-                  preset=preset)
+                  preset=preset, price_cache=prices)
 
 
 def _preset(row: ServingRow, device, par):  # noqa: ANN001, ANN202
