@@ -25,21 +25,21 @@ CLIENTS = (1, 2, 4, 8, 16, 32, 64, 128)
 REQUESTS = 1_000
 
 
-def server(fast_forward: bool = True) -> Server:
+def server(fast_forward: bool = True, prices: dict | None = None) -> Server:
     device = load_hardware("h200-sxm")
     preset = engine_settings("vllm", device, tp=8, ranks=8)
     return Server(model="deepseek-v3", pool=Pool(device, Parallelism(8)),
                   precision=Precision("fp8", "fp8"), scheduler=preset.scheduler,
                   max_seqs=preset.max_num_seqs, max_batched_tokens=preset.max_num_batched_tokens,
-                  preset=preset, fast_forward=fast_forward)
+                  preset=preset, fast_forward=fast_forward, price_cache=prices)
 
 
 def sweep(fast_forward: bool = True) -> list[tuple[int, int, float, float]]:
     requests = Requests(np.full(REQUESTS, 1024), np.full(REQUESTS, 1024))
-    out = []
+    out, prices = [], {}  # the sweep's runs share step prices, as `phasewise simulate` does
     for clients in CLIENTS:
         wall, cpu = time.perf_counter(), time.process_time()
-        sim = simulate(server(fast_forward), requests, closed_loop=ClosedLoop(clients))
+        sim = simulate(server(fast_forward, prices), requests, closed_loop=ClosedLoop(clients))
         summarize(sim, metrics=request_metrics(sim), workload={"clients": clients})
         out.append((clients, sim.steps, time.perf_counter() - wall, time.process_time() - cpu))
     return out

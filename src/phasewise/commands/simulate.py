@@ -166,7 +166,7 @@ def simulate(
             preset.max_num_batched_tokens or None if preset else None),
         block_tokens=block_size, load_balancer=load_balancer, kv_link=kv_link,
         speculation=speculation, engine=None if preset else engine, calibration=calibration,
-        preset=preset)
+        preset=preset, price_cache={})  # the runs of a sweep price each step shape once
     pools = _pools(hardware, decode_hardware, par, prefill_tp, decode_tp, prefill_ep, decode_ep,
                    replicas, prefill_replicas, decode_replicas)
     loads = _loads(request_rate, clients, trace, _duration_s(think_time, "--think-time"),

@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
+
 from phasewise.cost import CostModel
 from phasewise.cost.calibrated import engine_steps
 from phasewise.ledger import SeqGroup, Step, build_ledger
@@ -84,6 +86,29 @@ class StepPricer:
         share = (mean - low) / width
         below = self._cached(decode_batch, low, chunks)
         return below + share * (self._cached(decode_batch, low + width, chunks) - below)
+
+    def run_s(self, decode_batch: int, context_sum: int, ticks: int) -> np.ndarray:
+        """Seconds of ``ticks`` consecutive decode-only steps of the same batch, each
+        sequence one token further than in the step before: ``step_s`` of each, priced a
+        bucket at a time (inside a bucket the price is linear in the mean context)."""
+        out = np.empty(ticks)
+        j = 0
+        while j < ticks:
+            total = context_sum + j * decode_batch
+            mean = total / decode_batch
+            width = self._width(mean)
+            if not self.relative or width == self.bucket:
+                out[j] = self.step_s(decode_batch, total)
+                j += 1
+                continue
+            low = int(mean // width) * width
+            n = min(ticks - j, max(1, math.ceil(low + width - mean)))
+            below = self._cached(decode_batch, low, ())
+            above = self._cached(decode_batch, low + width, ())
+            means = (context_sum + np.arange(j, j + n) * decode_batch) / decode_batch
+            out[j:j + n] = below + (means - low) / width * (above - below)
+            j += n
+        return out
 
     def _width(self, mean_context: float) -> int:
         if not self.relative or mean_context < 2 * self.bucket:

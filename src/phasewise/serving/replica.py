@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from phasewise.serving.kv_cache import KVCapacity, blocks_for
 from phasewise.serving.pricing import StepPricer
 
@@ -70,8 +72,10 @@ class Plan:
     cancelled: bool = False
 
 
-# The most decode steps one fast-forward event covers.
+# The most decode steps one fast-forward event covers, and the fewest worth one (below,
+# the plain step is cheaper than setting up a run).
 MAX_RUN_TICKS = 4096
+MIN_RUN_TICKS = 16
 
 
 class Replica:
@@ -105,7 +109,7 @@ class Replica:
         self.steps = array("d")  # STEP_FIELDS of every step, flat (8 bytes a field)
         self.fast_forward = True  # run steady decode steps as one event (same results)
         self.run_plan: Plan | None = None  # the decode run in flight, if any
-        self.run_ends: list[float] = []  # its steps' end times
+        self.run_ends = np.empty(0)  # its steps' end times
 
     STEP_FIELDS = ("start_s", "duration_s", "decodes", "prefill_tokens", "prefill_seqs",
                    "waiting", "in_system", "kv_blocks_used")
@@ -230,7 +234,8 @@ class Replica:
         if plan is None:
             self.busy = False
             return
-        if plan.decode and not plan.chunks and self._steady():
+        if plan.decode and not plan.chunks and self._steady() and \
+                self.finishing[0][0] - self.tick >= MIN_RUN_TICKS:
             self._start_run(now_s, plan, out)
             return
         decodes = len(self.running) if plan.decode else 0
@@ -261,49 +266,44 @@ class Replica:
     def _start_run(self, now_s: float, plan: Plan, out: list) -> None:
         batch, tick, block = len(self.running), self.tick, self.block
         last = min(self.finishing[0][0] - tick + 1, MAX_RUN_TICKS)
-        spare, counts, ticks = self.free_blocks, self.phase_counts, 1
-        while ticks < last:
-            spare -= counts[(tick + ticks) % block]
-            if spare < 0:
-                break
-            ticks += 1
-        context, step_s = self.context_sum(), self.pricer.step_s
-        ends, t = [], now_s
-        for j in range(ticks):
-            t += step_s(batch, context + j * batch)
-            ends.append(t)
+        counts = np.asarray(self.phase_counts)
+        # KV slots of ticks 1, 2, …: the run stops before the blocks in hand run out
+        needs = counts[(tick + np.arange(1, last)) % block]
+        ticks = 1 + int(np.searchsorted(np.cumsum(needs), self.free_blocks, side="right"))
+        durations = self.pricer.run_s(batch, self.context_sum(), ticks)
+        ends = np.cumsum(np.concatenate(([now_s], durations)))[1:]
         plan.ticks = ticks
         self.run_plan, self.run_ends, self.busy = plan, ends, True
-        out.append(self.hooks.step_end(ends[-1], self, plan))
+        out.append(self.hooks.step_end(float(ends[-1]), self, plan))
 
     def _cut_run(self, now_s: float, out: list) -> None:
-        import bisect
-
         plan = self.run_plan
-        j = bisect.bisect_left(self.run_ends, now_s, hi=plan.ticks - 1)
+        j = int(np.searchsorted(self.run_ends[:plan.ticks - 1], now_s, side="left"))
         if j >= plan.ticks - 1:
             return
         plan.cancelled = True
         cut = Plan(True, [], ticks=j + 1)
         self.run_plan = cut
-        out.append(self.hooks.step_end(self.run_ends[j], self, cut))
+        out.append(self.hooks.step_end(float(self.run_ends[j]), self, cut))
 
     def _end_run(self, plan: Plan) -> None:
         """Book the run's ticks but the last (which ``_end_tick`` ends): their step rows,
         end times and KV slots."""
-        start = self.now_s
-        batch, waiting = len(self.running), len(self.waiting)
-        in_system = self.in_flight + waiting
-        for j in range(plan.ticks):
-            end = self.run_ends[j]
-            if j:
-                self.free_blocks -= self.phase_counts[self.tick % self.block]
-            self.steps.extend((start, end - start, batch, 0, 0, waiting, in_system,
-                               self.used_blocks))
-            if j < plan.ticks - 1:
-                self.tick_end_s.append(end)
-                self.tick += 1
-            start = end
+        k, block = plan.ticks, self.block
+        needs = np.asarray(self.phase_counts)[(self.tick + np.arange(1, k)) % block]
+        used = self.used_blocks + np.concatenate(([0], np.cumsum(needs)))
+        ends = self.run_ends[:k]
+        rows = np.empty((k, len(self.STEP_FIELDS)))
+        rows[:, 0] = np.concatenate(([self.now_s], ends[:-1]))
+        rows[:, 1] = ends - rows[:, 0]
+        rows[:, 2], rows[:, 3], rows[:, 4] = len(self.running), 0, 0
+        rows[:, 5] = len(self.waiting)
+        rows[:, 6] = self.in_flight + len(self.waiting)
+        rows[:, 7] = used
+        self.steps.frombytes(rows.tobytes())
+        self.tick_end_s.frombytes(np.ascontiguousarray(ends[:-1]).tobytes())
+        self.free_blocks -= int(needs.sum())
+        self.tick += k - 1
         self.run_plan = None
 
     def end_step(self, plan: Plan, now_s: float, out: list) -> None:
