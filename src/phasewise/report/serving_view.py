@@ -140,8 +140,7 @@ def sweep_table(summaries: list[Any]) -> Any:  # noqa: ANN401
     table = Table(title=f"{first.inputs.model}: {len(summaries)} runs, engine {engine}, "
                         f"calibration {first.inputs.calibration}")
     has_slo = summaries[0].slo is not None
-    columns = ["scheduler", "load", "TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean",
-               "TPOT p50", "TPOT p99", "ITL mean", "E2E p50",
+    columns = ["scheduler", "load", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50",
                "req/s", "out tok/s", "tok/s/GPU", "batch", "preempt"]
     columns += ["SLO attained", "goodput req/s"] if has_slo else []
     for c in columns:
@@ -150,9 +149,8 @@ def sweep_table(summaries: list[Any]) -> Any:  # noqa: ANN401
         w = s.inputs.workload
         load = f"{w['rate_rps']:g} req/s" if w.get("rate_rps") else \
             f"{w['clients']} clients" if w.get("clients") else "trace"
-        cells = [s.inputs.scheduler, load, seconds(s.ttft.mean_s), seconds(s.ttft.p50_s),
-                 seconds(s.ttft.p99_s), seconds(s.tpot.mean_s), seconds(s.tpot.p50_s),
-                 seconds(s.tpot.p99_s), seconds(s.itl.mean_s), seconds(s.e2el.p50_s),
+        cells = [s.inputs.scheduler, load, seconds(s.ttft.p50_s), seconds(s.ttft.p99_s),
+                 seconds(s.tpot.p50_s), seconds(s.tpot.p99_s), seconds(s.e2el.p50_s),
                  f"{s.requests_per_s:,.2f}", f"{s.output_tokens_per_s:,.0f}",
                  f"{s.tokens_per_s_per_gpu:,.0f}", f"{s.mean_batch:,.1f}", f"{s.preemptions:,}"]
         if has_slo:
