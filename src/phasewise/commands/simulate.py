@@ -30,20 +30,46 @@ def simulate(
                                  "TOML sheet (the prefill pool's when disaggregated)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree inside a replica."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree inside a replica."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree inside a replica (MoE)."),
+    ep: Optional[int] = typer.Option(None, "--ep", help="Expert-parallel degree inside a "
+                                     "replica (MoE); above --tp, attention runs data-parallel "
+                                     "over ep / tp groups (DP attention + EP)."),
+    attention_dp: int = typer.Option(1, "--attention-dp", help="Attention data-parallel ranks "
+                                     "of --tp devices each; the experts spread over all of "
+                                     "them (sets --ep to tp × this)."),
     replicas: int = typer.Option(1, "--replicas", help="Replicas behind the load balancer."),
     weight_dtype: str = weight_dtype_option(),
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
     cost: Optional[str] = typer.Option(None, "--cost", help="Cost model pricing each step."),
-    engine: Optional[str] = engine_option(),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Serving engine preset: vllm, "
+                                         "sglang, trtllm or llama.cpp, a version after '@' "
+                                         "(vllm@0.19): its scheduler, budget, sequences, CUDA "
+                                         "graphs, memory share, overlap and fitted host time; "
+                                         "other names pick only the cost model's engine."),
     calibration: Optional[str] = calibration_option(),
-    scheduler: str = typer.Option("continuous", "--scheduler", help="static, continuous, "
-                                  "chunked or disaggregated; a comma list sweeps."),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Sequences in flight per replica."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="static, continuous, "
+                                            "chunked, prefill-first, mixed or disaggregated "
+                                            "(default: the engine's, else continuous); a comma "
+                                            "list sweeps."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences in "
+                                               "flight per replica (default: the engine's, "
+                                               "else 256)."),
     max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens", help="Tokens computed per step (default 8192; "
-        "whole-prompt schedulers: at least the longest request)."),
+        None, "--max-num-batched-tokens", help="Tokens computed per step (default: the "
+        "engine's, else 8192; whole-prompt schedulers: at least the longest request)."),
+    cuda_graph_sizes: Optional[str] = typer.Option(None, "--cuda-graph-sizes", help="Captured "
+                                                   "decode batch sizes a batch is padded to "
+                                                   "(comma list, or none)."),
+    memory_fraction: Optional[float] = typer.Option(None, "--gpu-memory-utilization",
+                                                    help="Share of device memory for weights "
+                                                    "and KV cache (vLLM's flag)."),
+    host_overhead: Optional[str] = typer.Option(None, "--host-overhead", help="Engine host "
+                                                "time per step, BASE[,PER_SEQ] (e.g. 4ms,"
+                                                "0.02ms); default: the engine's fit."),
+    overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Host work "
+                                           "overlaps the device's (SGLang, TensorRT-LLM)."),
+    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching",
+                                                  help="Reuse cached prompt prefixes."),
     block_size: int = typer.Option(16, "--block-size", help="KV-cache page size in tokens."),
     load_balancer: str = typer.Option("least-outstanding", "--load-balancer",
                                       help="round-robin or least-outstanding."),
@@ -57,6 +83,11 @@ def simulate(
                                              "a prefill instance (default --tp)."),
     decode_tp: Optional[int] = typer.Option(None, "--decode-tp", help="Disaggregated: TP of a "
                                             "decode instance (default --tp)."),
+    prefill_ep: Optional[int] = typer.Option(None, "--prefill-ep", help="Disaggregated: EP of "
+                                             "a prefill instance (default --ep)."),
+    decode_ep: Optional[int] = typer.Option(None, "--decode-ep", help="Disaggregated: EP of a "
+                                            "decode instance (default --ep; above its TP: DP "
+                                            "attention)."),
     kv_link: str = typer.Option("infiniband-ndr-400", "--kv-link",
                                 help="Link KV moves over, prefill to decode (catalog links)."),
     draft: Optional[str] = typer.Option(None, "--draft", help="Speculative decoding with this "
@@ -76,6 +107,17 @@ def simulate(
                                           "clients; a comma list sweeps."),
     think_time: str = typer.Option("0", "--think-time", help="Closed loop: pause between a "
                                    "client's answer and its next request (e.g. 500ms)."),
+    ramp_up: str = typer.Option("0", "--ramp-up", help="Closed loop: clients start evenly "
+                                "over this time instead of all at once (e.g. 2s)."),
+    warmup: int = typer.Option(0, "--warmup", help="Requests served first and left out of "
+                               "the figures (a benchmark's warm-up)."),
+    range_ratio: float = typer.Option(1.0, "--random-range-ratio", help="Lengths uniform in "
+                                      "[ratio × L, L] as vLLM's benchmark_serving draws them "
+                                      "(1: fixed)."),
+    percentiles: str = typer.Option("50,90,99", "--percentiles", help="Latency percentiles "
+                                    "to report (comma list)."),
+    detail: bool = typer.Option(False, "--detail", help="Show the engine settings and host "
+                                "time per step."),
     isl: str = typer.Option("1024", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
                             "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
     osl: str = typer.Option("256", "--osl", help="Output tokens, as --isl."),
@@ -104,42 +146,58 @@ def simulate(
 ) -> None:
     """Simulate serving a request stream: queueing, batching, KV memory, tail latency."""
     from phasewise.serving import ClosedLoop, Slo
+    from phasewise.serving.schedulers import DEFAULT_MAX_SEQS
     from phasewise.serving.speculative import Speculation
-    from phasewise.specs import Parallelism, Precision
+    from phasewise.specs import Precision
 
     check_format(fmt)
+    quantiles = _percentiles(percentiles)
     speculation = None
     if draft is not None or draft_head is not None:
         speculation = Speculation(spec_tokens, spec_accept, draft, draft_head)
         speculation.tokens_per_round  # noqa: B018 - checks γ and α before anything runs
+    par = _parallelism(tp, pp, ep, attention_dp)
+    preset = _preset(engine, hardware, par, cuda_graph_sizes, memory_fraction, host_overhead,
+                     overlap, prefix_caching)
     server_args = dict(
         model=model, precision=Precision(weight_dtype, act_dtype, kv_dtype),
-        max_seqs=max_num_seqs, max_batched_tokens=max_num_batched_tokens, block_tokens=block_size,
-        load_balancer=load_balancer, kv_link=kv_link, speculation=speculation, engine=engine,
-        calibration=calibration)
-    pools = _pools(hardware, decode_hardware, Parallelism(tp, pp, ep), prefill_tp, decode_tp,
+        max_seqs=max_num_seqs or (preset.max_num_seqs if preset else DEFAULT_MAX_SEQS),
+        max_batched_tokens=max_num_batched_tokens or (
+            preset.max_num_batched_tokens or None if preset else None),
+        block_tokens=block_size, load_balancer=load_balancer, kv_link=kv_link,
+        speculation=speculation, engine=None if preset else engine, calibration=calibration,
+        preset=preset, price_cache={})  # the runs of a sweep price each step shape once
+    pools = _pools(hardware, decode_hardware, par, prefill_tp, decode_tp, prefill_ep, decode_ep,
                    replicas, prefill_replicas, decode_replicas)
-    loads = _loads(request_rate, clients, trace, _duration_s(think_time, "--think-time"))
+    loads = _loads(request_rate, clients, trace, _duration_s(think_time, "--think-time"),
+                   _duration_s(ramp_up, "--ramp-up") or 0.0)
     slo = None
     if ttft is not None or tpot is not None:
         if not 0 < slo_percentile <= 100:
             raise InputError(f"--slo-percentile {slo_percentile}: give a share in (0, 100].")
         slo = Slo(_duration_s(ttft, "--ttft"), _duration_s(tpot, "--tpot"), slo_percentile)
-    runs = list(itertools.product(split_list(scheduler, "--scheduler", str), loads))
+    schedulers = scheduler or (preset.scheduler if preset else "continuous")
+    runs = list(itertools.product(split_list(schedulers, "--scheduler", str), loads))
     single = len(runs) == 1
     if not single and (requests_out or trace_out):
         raise InputError("--requests-out and --trace-out need a single run; give one "
                          "--scheduler and one --rate or --clients value.")
+    if not 0 < range_ratio <= 1:
+        raise InputError(f"--random-range-ratio {range_ratio}: give a ratio in (0, 1].")
+    if warmup < 0 or warmup >= num_requests:
+        raise InputError(f"--warmup {warmup}: give 0 or more requests, fewer than "
+                         f"--num-requests {num_requests}.")
     stream = dict(num_requests=num_requests, isl=isl, osl=osl, arrival=arrival, cv=cv, seed=seed,
-                  prefix_hit_rate=prefix_hit_rate)
+                  prefix_hit_rate=prefix_hit_rate, range_ratio=range_ratio, warmup=warmup)
     results = []
     for name, load in runs:
         server = _server(name, pools, server_args, cost)
         requests, workload = _requests(load, stream)
-        closed = ClosedLoop(load["clients"], load["think_s"]) if load.get("clients") else None
+        closed = ClosedLoop(load["clients"], load["think_s"], load["ramp_s"]) \
+            if load.get("clients") else None
         results.append(_run(server, requests, closed, workload, slo, bucket_tokens,
-                            memory_budget, progress and single))
-    _render(results, fmt, slo, requests_out, trace_out, plot)
+                            memory_budget, progress and single, warmup, quantiles))
+    _render(results, fmt, slo, requests_out, trace_out, plot, detail)
 
 
 # ---------------------------------------------------------------- parsing
@@ -155,22 +213,81 @@ def _duration_s(text: str | None, flag: str) -> float | None:
     return float(match.group(1)) * _UNIT_S[match.group(2).lower() if match.group(2) else None]
 
 
-def _pools(hardware: str, decode_hardware: str | None, par: Any, prefill_tp: int | None,
-           decode_tp: int | None, replicas: int, prefill_replicas: int | None,
-           decode_replicas: int | None) -> dict:
+def _percentiles(text: str) -> tuple[float, ...]:
+    values = split_list(text, "--percentiles", float)
+    if not values or any(not 0 < v <= 100 for v in values):
+        raise InputError(f"--percentiles {text}: give percentiles in (0, 100], e.g. 50,90,99.")
+    return tuple(values)
+
+
+def _parallelism(tp: int, pp: int, ep: int | None, attention_dp: int) -> Any:
+    from phasewise.specs import Parallelism
+
+    if attention_dp < 1:
+        raise InputError(f"--attention-dp {attention_dp}: give at least 1.")
+    if attention_dp > 1 and ep is not None and ep != tp * attention_dp:
+        raise InputError(f"--attention-dp {attention_dp} with --tp {tp} spreads the experts "
+                         f"over {tp * attention_dp} devices; drop --ep or give --ep "
+                         f"{tp * attention_dp}.")
+    return Parallelism(tp, pp, ep or tp * attention_dp if attention_dp > 1 else ep or 1)
+
+
+def _preset(engine: str | None, hardware: str, par: Any, graph_sizes: str | None,
+            memory_fraction: float | None, host_overhead: str | None, overlap: bool | None,
+            prefix_caching: bool | None) -> Any:
+    """The engine preset for the front pool's device and layout, with the user's flags."""
     import dataclasses
 
-    from phasewise.serving import Pool
+    from phasewise.catalog import load_hardware
+    from phasewise.serving.presets import engine_settings, is_preset
 
-    front_par = dataclasses.replace(par, tp=prefill_tp) if prefill_tp else par
-    back_par = dataclasses.replace(par, tp=decode_tp) if decode_tp else par
+    if not is_preset(engine):
+        if any(v is not None for v in (graph_sizes, memory_fraction, host_overhead, overlap,
+                                       prefix_caching)):
+            raise InputError("--cuda-graph-sizes, --gpu-memory-utilization, --host-overhead, "
+                             "--overlap and --prefix-caching adjust an engine preset; give "
+                             "--engine vllm, sglang, trtllm or llama.cpp.")
+        return None
+    preset = engine_settings(engine, load_hardware(hardware), tp=par.tp, ranks=par.devices)
+    changes: dict[str, Any] = {}
+    if graph_sizes is not None:
+        changes["cuda_graph_sizes"] = () if graph_sizes.strip().lower() == "none" else \
+            tuple(sorted(_positive(ints(graph_sizes, "--cuda-graph-sizes"),
+                                   "--cuda-graph-sizes")))
+    if memory_fraction is not None:
+        if not 0 < memory_fraction <= 1:
+            raise InputError(f"--gpu-memory-utilization {memory_fraction}: give a share in (0, 1].")
+        changes["memory_fraction"] = memory_fraction
+    host = preset.host
+    if host_overhead is not None:
+        base, _, per_seq = host_overhead.partition(",")
+        host = dataclasses.replace(host, base_s=_duration_s(base, "--host-overhead"),
+                                   per_seq_s=_duration_s(per_seq or "0", "--host-overhead"),
+                                   source="--host-overhead")
+    if overlap is not None:
+        host = dataclasses.replace(host, overlap=overlap)
+    if prefix_caching is not None:
+        changes["prefix_caching"] = prefix_caching
+    return dataclasses.replace(preset, host=host, **changes)
+
+
+def _pools(hardware: str, decode_hardware: str | None, par: Any, prefill_tp: int | None,
+           decode_tp: int | None, prefill_ep: int | None, decode_ep: int | None, replicas: int,
+           prefill_replicas: int | None, decode_replicas: int | None) -> dict:
+    from phasewise.serving import Pool
+    from phasewise.specs import Parallelism
+
+    front_par = Parallelism(prefill_tp or par.tp, par.pp, prefill_ep or par.ep) \
+        if prefill_tp or prefill_ep else par
+    back_par = Parallelism(decode_tp or par.tp, par.pp, decode_ep or par.ep) \
+        if decode_tp or decode_ep else par
     return {"colocated": Pool(hardware, par, replicas),
             "prefill": Pool(hardware, front_par, prefill_replicas or replicas),
             "decode": Pool(decode_hardware or hardware, back_par, decode_replicas or replicas)}
 
 
 def _loads(rate_text: str | None, clients_text: str | None, trace: str | None,
-           think_s: float | None) -> list[dict]:
+           think_s: float | None, ramp_s: float = 0.0) -> list[dict]:
     given = [flag for flag, v in (("--rate", rate_text), ("--clients", clients_text),
                                   ("--trace", trace)) if v is not None]
     if len(given) > 1:
@@ -178,7 +295,7 @@ def _loads(rate_text: str | None, clients_text: str | None, trace: str | None,
     if trace is not None:
         return [{"trace": trace}]
     if clients_text is not None:
-        return [{"clients": c, "think_s": think_s or 0.0}
+        return [{"clients": c, "think_s": think_s or 0.0, "ramp_s": ramp_s}
                 for c in _positive(ints(clients_text, "--clients"), "--clients")]
     rates = split_list(rate_text or "4", "--rate", float)
     return [{"rate": r} for r in _positive(rates, "--rate")]
@@ -206,21 +323,24 @@ def _requests(load: dict, stream: dict) -> tuple[Any, dict]:
     import numpy as np
 
     from phasewise.serving import load_trace, parse_lengths, synthetic
-    from phasewise.serving.requests import open_loop
+    from phasewise.serving.requests import open_loop, range_lengths
 
     if "trace" in load:
         requests = load_trace(load["trace"])
         return requests, {"trace": load["trace"], "num_requests": len(requests)}
     n = stream["num_requests"]
     rng = np.random.default_rng(stream["seed"])
-    input_lengths = parse_lengths(stream["isl"], "--isl")
-    output_lengths = parse_lengths(stream["osl"], "--osl")
+    ratio = stream["range_ratio"]
+    input_lengths = range_lengths(parse_lengths(stream["isl"], "--isl"), ratio)
+    output_lengths = range_lengths(parse_lengths(stream["osl"], "--osl"), ratio)
     workload = {"num_requests": n, "isl": stream["isl"], "osl": stream["osl"],
-                "seed": stream["seed"], "prefix_hit_rate": stream["prefix_hit_rate"]}
+                "seed": stream["seed"], "prefix_hit_rate": stream["prefix_hit_rate"],
+                "random_range_ratio": ratio, "warmup": stream["warmup"]}
     if "clients" in load:
         requests = synthetic(n, input_lengths, output_lengths, rng,
                              prefix_hit_rate=stream["prefix_hit_rate"])
-        return requests, {**workload, "clients": load["clients"], "think_time_s": load["think_s"]}
+        return requests, {**workload, "clients": load["clients"], "think_time_s": load["think_s"],
+                          "ramp_up_s": load["ramp_s"]}
     requests = open_loop(n, input_lengths, output_lengths, rng, kind=stream["arrival"],
                          rate_per_s=load["rate"], cv=stream["cv"],
                          prefix_hit_rate=stream["prefix_hit_rate"])
@@ -232,11 +352,12 @@ def _requests(load: dict, stream: dict) -> tuple[Any, dict]:
 
 
 def _run(server: Any, requests: Any, closed: Any, workload: dict, slo: Any, bucket_tokens: int,
-         memory_budget_gib: float, show_progress: bool) -> tuple:
+         memory_budget_gib: float, show_progress: bool, warmup: int = 0,
+         quantiles: tuple[float, ...] = (50, 90, 99)) -> tuple:
     from phasewise.serving import request_metrics, simulate, summarize
 
     kwargs = dict(closed_loop=closed, bucket_tokens=bucket_tokens,
-                  memory_budget_bytes=memory_budget_gib * 2**30)
+                  memory_budget_bytes=memory_budget_gib * 2**30, warmup=warmup)
     if show_progress and sys.stderr.isatty() and len(requests) >= PROGRESS_MIN_REQUESTS:
         from rich.progress import Progress
 
@@ -247,11 +368,12 @@ def _run(server: Any, requests: Any, closed: Any, workload: dict, slo: Any, buck
     else:
         sim = simulate(server, requests, **kwargs)
     metrics = request_metrics(sim)
-    return sim, metrics, summarize(sim, slo=slo, workload=workload, metrics=metrics)
+    return sim, metrics, summarize(sim, slo=slo, workload=workload, metrics=metrics,
+                                   percentiles=quantiles)
 
 
 def _render(results: list[tuple], fmt: str, slo: Any, requests_out: str | None,
-            trace_out: str | None, plot: str | None) -> None:
+            trace_out: str | None, plot: str | None, detail: bool = False) -> None:
     from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
     from phasewise.files import write_atomic
     from phasewise.report.serving_view import summary_table, sweep_row, sweep_table
@@ -278,7 +400,7 @@ def _render(results: list[tuple], fmt: str, slo: Any, requests_out: str | None,
     elif fmt == "md":
         echo(rows_to_markdown(sweep_row(s) for s in summaries))
     else:
-        console().print(summary_table(summaries[0]) if len(summaries) == 1
+        console().print(summary_table(summaries[0], detail=detail) if len(summaries) == 1
                         else sweep_table(summaries))
         if slo is not None and len(summaries) > 1:
             echo(_sweep_verdict(summaries, slo))

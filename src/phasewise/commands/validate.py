@@ -38,12 +38,22 @@ def validate(
              "it came from, under the fit the other options choose (an excluded or skipped "
              "row: why it is not scored)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
+    serving: bool = typer.Option(False, "--serving", help="Replay the serving runs (a "
+                                 "concurrency, a request rate, MLPerf Offline/Server, max "
+                                 "throughput) through the simulator and score what they "
+                                 "measured (mean TTFT, TPOT, throughput)."),
+    serving_file: Optional[Path] = typer.Option(
+        None, "--serving-file", help="Serving runs in the serving_hopper.csv layout "
+                                     "(default: the bundled file)."),
 ) -> None:
     """Accuracy per source and phase, calibrated model and speed of light side by side."""
     from phasewise.validate.measurements import load_bundled, load_measurements
     from phasewise.validate.outcome import run_validation
 
     check_format(fmt)
+    if serving or serving_file is not None:
+        _serving(serving_file, fmt, rows)
+        return
     if sum(map(bool, (holdout_source, leave_one_source_out, refit, calibration))) > 1:
         from phasewise.errors import InputError
 
@@ -73,6 +83,61 @@ def validate(
         sys.stderr.write(f"wrote {png} and {html}\n")
     for line in outcome.summary_lines():
         sys.stderr.write(line + "\n")
+
+
+def _serving(path: Path | None, fmt: str, rows: bool) -> None:
+    """Serving rows replayed and scored, by engine and device, and the rows skipped."""
+    from collections import Counter
+
+    import numpy as np
+
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.validate.serving import SERVING_FILE, load_serving, replay_all
+
+    if path is not None and not path.is_file():
+        from phasewise.errors import InputError
+
+        raise InputError(f"--serving-file {path}: no such file; give a CSV in the "
+                         "serving_hopper.csv layout.")
+    loaded, problems = load_serving(path or SERVING_FILE)
+    results, skipped = replay_all(loaded)
+    skipped = list(problems) + skipped
+    per_row = [{"id": r.row.record_id, "engine": r.row.engine, "device": r.row.device,
+                "concurrency": r.row.concurrency, "isl": r.row.isl, "osl": r.row.osl,
+                **{f"{k}_error": v for k, v in r.errors().items()}} for r in results]
+    groups: dict[tuple[str, str], list] = {}
+    for r in results:
+        for key in ((r.row.engine, r.row.device), ("all", "all")):
+            groups.setdefault(key, []).append(r.errors())
+    summary = []
+    for (engine, device), errs in sorted(groups.items(), key=lambda kv: kv[0] == ("all", "all")):
+        row = {"engine": engine, "device": device, "rows": len(errs)}
+        for metric in ("tpot", "ttft", "throughput"):
+            values = np.abs([e[metric] for e in errs if metric in e])
+            if len(values):
+                row[f"{metric}_median_abs_error"] = float(np.median(values))
+                row[f"{metric}_p90_abs_error"] = float(np.percentile(values, 90))
+        summary.append(row)
+    table = per_row if rows else summary
+    total = len(results) + len(skipped)
+    if fmt == "json":
+        echo(to_json({"summary": summary, "rows": per_row, "skipped": [str(p) for p in skipped],
+                      "simulated_share": len(results) / max(total, 1)}))
+    elif fmt in ("csv", "md"):
+        echo((rows_to_csv if fmt == "csv" else rows_to_markdown)(table))
+    else:
+        from rich.table import Table
+
+        out = Table(title=f"serving runs: {len(results)} of {total} simulated")
+        columns = list(dict.fromkeys(k for r in table for k in r))
+        for c in columns:
+            out.add_column(c, justify="left" if c in ("id", "engine", "device") else "right")
+        for r in table:
+            out.add_row(*(_cell(r.get(c, "")) for c in columns))
+        console().print(out)
+    reasons = Counter(p.reason.split(":")[0] for p in skipped)
+    for reason, count in reasons.most_common():
+        sys.stderr.write(f"skipped {count} rows: {reason}\n")
 
 
 @contextmanager

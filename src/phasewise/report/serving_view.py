@@ -10,25 +10,51 @@ from phasewise.report.units import percent, rate, seconds
 _METRICS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2el"))
 
 
-def summary_table(s: Any) -> Any:  # noqa: ANN401 - a SimSummary
+def load_label(s: Any) -> str:  # noqa: ANN401 - a SimSummary
+    """'64 clients, ISL 1024, OSL 1024' or '4 req/s (poisson), ISL ..., OSL ...'."""
+    w = s.inputs.workload
+    if w.get("clients"):
+        load = f"{w['clients']} clients"
+    elif w.get("rate_rps"):
+        load = f"{w['rate_rps']:g} req/s ({w.get('arrival', 'poisson')})"
+    else:
+        load = f"trace {w.get('trace', '')}".strip()
+    lengths = f", ISL {w['isl']}, OSL {w['osl']}" if "isl" in w else ""
+    return load + lengths
+
+
+def header(s: Any) -> str:  # noqa: ANN401 - a SimSummary
+    """Model, pools, scheduler, engine and calibration, and the load."""
+    i = s.inputs
+    pools = ", ".join(f"{p.replicas}× {p.hardware} tp{p.tp}" + (f" ep{p.ep}" if p.ep > 1 else "")
+                      + ("" if p.role == "both" else f" ({p.role})") for p in i.pools)
+    engine = i.engine_preset or i.engine or "generic"
+    return (f"{i.model} on {pools}: {i.scheduler} scheduler, engine {engine}, cost model "
+            f"{i.cost_model} (calibration {i.calibration}); {load_label(s)}; "
+            f"{s.requests:,} requests")
+
+
+def summary_table(s: Any, *, detail: bool = False) -> Any:  # noqa: ANN401 - a SimSummary
     """The headline of one run: a latency table, then throughput, load and SLOs."""
     from rich.console import Group
     from rich.table import Table
 
     i = s.inputs
-    pools = ", ".join(f"{p.replicas}× {p.hardware} tp{p.tp}" + ("" if p.role == "both" else f" ({p.role})")
-                      for p in i.pools)
-    latency = Table(title=f"{i.model} on {pools}: {i.scheduler} scheduler, {s.requests:,} "
-                          f"requests, cost model {i.cost_model}")
-    for column in ("latency", "mean", "p50", "p90", "p99", "max"):
+    latency = Table(title=header(s))
+    keys = list(s.ttft.percentiles) or ["p50", "p90", "p99"]
+    for column in ("latency", "mean", *keys, "max"):
         latency.add_column(column, justify="right" if column != "latency" else "left")
     for label, key in _METRICS:
         stats = getattr(s, key)
-        latency.add_row(label, *(seconds(getattr(stats, f)) for f in
-                                 ("mean_s", "p50_s", "p90_s", "p99_s", "max_s")))
+        quantiles = stats.percentiles or {"p50": stats.p50_s, "p90": stats.p90_s,
+                                          "p99": stats.p99_s}
+        latency.add_row(label, seconds(stats.mean_s), *(seconds(quantiles[k]) for k in keys),
+                        seconds(stats.max_s))
     latency.add_row("idle server", seconds(s.idle_ttft_s) + " TTFT",
-                    seconds(s.idle_tpot_s) + " TPOT", "", "", "")
+                    seconds(s.idle_tpot_s) + " TPOT", *([""] * len(keys)))
     rows = [("speculative decoding", i.speculation)] if i.speculation else []
+    if detail:
+        rows += _detail_rows(i)
     rows += [
         ("duration (simulated)", seconds(s.duration_s)),
         ("requests/s (arrived, done)", f"{s.request_rate_rps:,.2f}, {s.requests_per_s:,.2f}"),
@@ -57,6 +83,17 @@ def summary_table(s: Any) -> Any:  # noqa: ANN401 - a SimSummary
     return Group(latency, run)
 
 
+def _detail_rows(i: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SimInputs
+    graphs = i.cuda_graph_sizes
+    return [("engine preset", i.engine_preset or "none (generic scheduler)"),
+            ("max sequences, step token budget", f"{i.max_num_seqs:,}, {i.max_num_batched_tokens:,}"),
+            ("CUDA graphs (decode padded to)", f"{len(graphs)} sizes, {graphs[0]}…{graphs[-1]}"
+             if graphs else "none"),
+            ("memory share (weights + KV)", f"{i.memory_fraction:.3f}" if i.memory_fraction
+             else "device minus runtime reserve"),
+            ("engine host time per step", i.host_overhead or "none")]
+
+
 def slo_lines(slo: Any) -> list[tuple[str, str]]:  # noqa: ANN401
     if slo is None:
         return []
@@ -76,14 +113,19 @@ def slo_lines(slo: Any) -> list[tuple[str, str]]:  # noqa: ANN401
 def sweep_row(s: Any) -> dict[str, Any]:  # noqa: ANN401
     """One run of a sweep as a flat row (SI units)."""
     w = s.inputs.workload
-    row = {"scheduler": s.inputs.scheduler, "rate_rps": w.get("rate_rps"),
-           "clients": w.get("clients"), "requests": s.requests,
-           "ttft_p50_s": s.ttft.p50_s, "ttft_p99_s": s.ttft.p99_s,
-           "tpot_p50_s": s.tpot.p50_s, "tpot_p99_s": s.tpot.p99_s,
-           "e2el_p50_s": s.e2el.p50_s, "requests_per_s": s.requests_per_s,
-           "output_tokens_per_s": s.output_tokens_per_s,
-           "tokens_per_s_per_gpu": s.tokens_per_s_per_gpu, "mean_batch": s.mean_batch,
-           "preemptions": s.preemptions}
+    row = {"engine": s.inputs.engine_preset or s.inputs.engine or "generic",
+           "calibration": s.inputs.calibration, "scheduler": s.inputs.scheduler,
+           "rate_rps": w.get("rate_rps"), "clients": w.get("clients"), "isl": w.get("isl"),
+           "osl": w.get("osl"), "requests": s.requests}
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        stats = getattr(s, name)
+        row[f"{name}_mean_s"] = stats.mean_s
+        quantiles = stats.percentiles or {"p50": stats.p50_s, "p99": stats.p99_s}
+        row.update({f"{name}_{k}_s": v for k, v in quantiles.items()})
+    row.update({"requests_per_s": s.requests_per_s,
+                "output_tokens_per_s": s.output_tokens_per_s,
+                "tokens_per_s_per_gpu": s.tokens_per_s_per_gpu, "mean_batch": s.mean_batch,
+                "preemptions": s.preemptions})
     if s.slo is not None:
         row.update({"slo_attainment": s.slo.attainment, "goodput_rps": s.slo.goodput_rps,
                     "slo_met": s.slo.met})
@@ -93,7 +135,10 @@ def sweep_row(s: Any) -> dict[str, Any]:  # noqa: ANN401
 def sweep_table(summaries: list[Any]) -> Any:  # noqa: ANN401
     from rich.table import Table
 
-    table = Table(title=f"{summaries[0].inputs.model}: {len(summaries)} runs")
+    first = summaries[0]
+    engine = first.inputs.engine_preset or first.inputs.engine or "generic"
+    table = Table(title=f"{first.inputs.model}: {len(summaries)} runs, engine {engine}, "
+                        f"calibration {first.inputs.calibration}")
     has_slo = summaries[0].slo is not None
     columns = ["scheduler", "load", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50",
                "req/s", "out tok/s", "tok/s/GPU", "batch", "preempt"]

@@ -215,7 +215,8 @@ class Source:
         if self.closed is None:
             return [Arrival(self.arrival[0], self.cluster, self._seq(self.arrival[0]))]
         clients = min(self.closed.clients, self.total)
-        return [Arrival(0.0, self.cluster, self._seq(0.0, c)) for c in range(clients)]
+        return [Arrival(self.closed.start_s(c), self.cluster, self._seq(self.closed.start_s(c), c))
+                for c in range(clients)]
 
     def after_arrival(self, seq: Seq, out: list) -> None:
         if self.closed is None and self.issued < self.total:

@@ -50,11 +50,17 @@ class KVCapacity:
 def kv_capacity(model: ModelSpec, hardware: HardwareSpec, precision: Precision,
                 parallelism: Parallelism, *, block_tokens: int = DEFAULT_BLOCK_TOKENS,
                 max_batched_tokens: int, max_seqs: int,
-                draft: tuple[float, float] | None = None) -> KVCapacity:
+                draft: tuple[float, float] | None = None,
+                memory_fraction: float | None = None, of_free: bool = False) -> KVCapacity:
     """Blocks = ⌊(memory − weights − activations − reserve) ÷ (block_tokens × KV bytes per
     token)⌋ on each device of the replica. Sliding-window layers are given a full page per
     token, as a paged allocator without per-layer windows holds them (an upper bound).
-    A speculative ``draft`` adds (weight bytes, KV bytes per token) of its own."""
+    A speculative ``draft`` adds (weight bytes, KV bytes per token) of its own.
+
+    An engine's ``memory_fraction`` f replaces the reserve: the KV cache gets
+    f·memory − weights − activations (vLLM's gpu_memory_utilization, SGLang's
+    mem_fraction_static), or, ``of_free``, f·(memory − weights − activations − reserve)
+    (TensorRT-LLM's free_gpu_memory_fraction)."""
     if block_tokens < 1:
         raise InputError(f"--block-size {block_tokens}: give a positive number of tokens.")
     weights = weight_bytes_per_device(model, precision, parallelism)
@@ -67,7 +73,11 @@ def kv_capacity(model: ModelSpec, hardware: HardwareSpec, precision: Precision,
     # SSM and linear-attention layers hold a fixed state per running sequence, reserved up
     # front for max_seqs sequences as vLLM's hybrid allocator does (one state slot each).
     state = max_seqs * state_bytes_per_device(model, precision, parallelism)
-    room = hardware.memory_bytes - weights - activations - reserve - state
+    room = hardware.memory_bytes - weights - activations - reserve
+    if memory_fraction is not None:
+        room = memory_fraction * room if of_free else \
+            memory_fraction * hardware.memory_bytes - weights - activations
+    room -= state
     if per_token <= 0:  # no layer keeps a KV cache (a pure state-space model): never binds
         blocks = UNBOUNDED_BLOCKS if room > 0 else 0
     else:

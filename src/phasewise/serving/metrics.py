@@ -74,8 +74,9 @@ def token_times(seq, ticks: list[np.ndarray]) -> np.ndarray:  # noqa: ANN001
 
 
 def request_metrics(sim: Simulation) -> RequestMetrics:
+    """Per-request figures of every request past the warm-up."""
     ticks = [np.frombuffer(r.tick_end_s, dtype=float) for r in sim.replicas]
-    seqs = sim.requests
+    seqs = [s for s in sim.requests if s.id >= sim.warmup]
     ttft, e2el, gaps = np.empty(len(seqs)), np.empty(len(seqs)), []
     for i, seq in enumerate(seqs):
         times = token_times(seq, ticks)
@@ -96,13 +97,23 @@ def request_metrics(sim: Simulation) -> RequestMetrics:
         itl_s=np.concatenate(gaps) if gaps else np.empty(0))
 
 
-def latency_stats(values: np.ndarray) -> LatencyStats:
+def latency_stats(values: np.ndarray, percentiles: tuple[float, ...] = (50, 90, 99)
+                  ) -> LatencyStats:
     values = values[~np.isnan(values)]
     if not len(values):
-        return LatencyStats(count=0, mean_s=0.0, p50_s=0.0, p90_s=0.0, p99_s=0.0, max_s=0.0)
+        return LatencyStats(count=0, mean_s=0.0, p50_s=0.0, p90_s=0.0, p99_s=0.0, max_s=0.0,
+                            percentiles={percentile_key(q): 0.0 for q in percentiles})
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    asked = np.percentile(values, list(percentiles))
     return LatencyStats(count=len(values), mean_s=float(values.mean()), p50_s=float(p50),
-                        p90_s=float(p90), p99_s=float(p99), max_s=float(values.max()))
+                        p90_s=float(p90), p99_s=float(p99), max_s=float(values.max()),
+                        percentiles={percentile_key(q): float(v)
+                                     for q, v in zip(percentiles, asked)})
+
+
+def percentile_key(q: float) -> str:
+    """'p50', 'p99.9'."""
+    return f"p{q:g}"
 
 
 def step_table(replica: Replica) -> dict[str, np.ndarray]:
@@ -137,13 +148,15 @@ def slo_report(m: RequestMetrics, slo: Slo, duration_s: float, idle_ttft_s: floa
 
 
 def summarize(sim: Simulation, *, slo: Slo | None = None, workload: dict | None = None,
-              metrics: RequestMetrics | None = None) -> SimSummary:
+              metrics: RequestMetrics | None = None,
+              percentiles: tuple[float, ...] = (50, 90, 99)) -> SimSummary:
     m = metrics or request_metrics(sim)
+    stats = lambda values: latency_stats(values, percentiles)  # noqa: E731
     start_s = float(m.arrival_s.min())
     duration_s = float((m.arrival_s + m.e2el_s).max() - start_s) or 1e-12
     load = _load_over_time(sim.replicas, duration_s)
     idle_ttft_s, idle_tpot_s = _idle_server(sim, m)
-    tpot = latency_stats(m.tpot_s)
+    tpot = stats(m.tpot_s)
     output_tokens = int(m.output_tokens.sum())
     transfers = m.transfer_s[m.decode_replica != m.replica] if sim.transfers else None
     cached_tokens = sum(r.prefix_hit_tokens for r in sim.replicas)
@@ -151,8 +164,7 @@ def summarize(sim: Simulation, *, slo: Slo | None = None, workload: dict | None 
         tool_version=__version__, inputs=_inputs(sim, workload or {}),
         requests=len(m.id), devices=sim.devices, duration_s=duration_s, steps=sim.steps,
         events=sim.events, priced_shapes=sim.priced_shapes,
-        ttft=latency_stats(m.ttft_s), tpot=tpot, itl=latency_stats(m.itl_s),
-        e2el=latency_stats(m.e2el_s),
+        ttft=stats(m.ttft_s), tpot=tpot, itl=stats(m.itl_s), e2el=stats(m.e2el_s),
         request_rate_rps=(len(m.id) - 1) / float(m.arrival_s.max() - start_s)
         if len(m.id) > 1 and m.arrival_s.max() > start_s else 0.0,
         requests_per_s=len(m.id) / duration_s,
@@ -167,7 +179,36 @@ def summarize(sim: Simulation, *, slo: Slo | None = None, workload: dict | None 
         else None,
         idle_ttft_s=idle_ttft_s, idle_tpot_s=idle_tpot_s,
         slo=slo_report(m, slo, duration_s, idle_ttft_s, idle_tpot_s) if slo else None,
-        notes=sim.notes, **load)
+        notes=sim.notes + _load_notes(sim, m, idle_ttft_s, idle_tpot_s, slo), **load)
+
+
+# A queue is growing when its second half holds this much more than its first, on average.
+GROWING_QUEUE_FACTOR = 1.5
+
+
+def _load_notes(sim: Simulation, m: RequestMetrics, idle_ttft_s: float, idle_tpot_s: float,
+                slo: Slo | None) -> list[str]:
+    """Overload (arrivals outpacing completions, the queue growing) and SLOs that even an
+    idle server misses."""
+    notes = []
+    waits = m.ttft_s
+    half = len(waits) // 2
+    if sim.closed_loop is None and half >= 10:
+        first, second = float(np.mean(waits[:half])), float(np.mean(waits[half:]))
+        arrival_rps = (len(m.id) - 1) / max(float(np.ptp(m.arrival_s)), 1e-12)
+        done_rps = len(m.id) / max(float((m.arrival_s + m.e2el_s).max() - m.arrival_s.min()),
+                                   1e-12)
+        if second > GROWING_QUEUE_FACTOR * first and arrival_rps > done_rps:
+            notes.append(f"overloaded: requests arrive at {arrival_rps:,.2f}/s and complete at "
+                         f"{done_rps:,.2f}/s; the queue grows through the run (mean TTFT "
+                         f"{first * 1e3:,.0f} ms in the first half, {second * 1e3:,.0f} ms in "
+                         "the second), so the figures depend on the run's length")
+    if slo is not None and ((slo.ttft_s is not None and slo.ttft_s < idle_ttft_s)
+                            or (slo.tpot_s is not None and slo.tpot_s < idle_tpot_s)):
+        notes.append(f"the idle server already breaks the SLO (one request alone: TTFT "
+                     f"{idle_ttft_s * 1e3:.4g} ms, TPOT {idle_tpot_s * 1e3:.4g} ms); no load "
+                     "meets it on this hardware and layout")
+    return notes
 
 
 def _load_over_time(replicas: list[Replica], duration_s: float) -> dict:
@@ -245,8 +286,22 @@ def _inputs(sim: Simulation, workload: dict) -> SimInputs:
         weight_dtype=server.precision.weights, act_dtype=server.precision.activations,
         kv_dtype=server.precision.kv_cache, cost_model=sim.cost_model,
         engine=getattr(sim.replicas[0].pricer.cost, "engine", None),
+        engine_preset=server.preset.label if server.preset else None,
+        calibration=str(server.calibration) if server.calibration else "bundled",
+        cuda_graph_sizes=list(server.preset.cuda_graph_sizes) if server.preset else [],
+        memory_fraction=server.preset.memory_fraction if server.preset else None,
+        host_overhead=_host(server.preset),
         bucket_tokens=sim.bucket_tokens, speculation=_speculation(server.speculation),
         workload=workload)
+
+
+def _host(preset) -> str | None:  # noqa: ANN001
+    if preset is None:
+        return None
+    h = preset.host
+    how = "overlapped with the device" if h.overlap else "added to the device time"
+    return (f"{h.base_s * 1e3:.3g} ms + {h.per_seq_s * 1e6:.3g} µs per sequence a step, {how}"
+            + (f" ({h.source})" if h.source else ""))
 
 
 def _speculation(spec) -> str | None:  # noqa: ANN001

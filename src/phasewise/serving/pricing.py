@@ -15,17 +15,36 @@ distinct shape is priced once. The shape is made coarse in two documented ways:
   contexts, and less of the whole step, whose weight reads do not move. New (computed)
   tokens are never rounded. ``bucket_tokens=1`` leaves only the rounding of the mean
   to a whole token.
+- With ``relative_buckets`` (the default) a decode mean context c is priced between the
+  edges of a bucket of width max(bucket_tokens, 2^⌊log₂ c⌋ / 8) and the two prices are
+  interpolated linearly in c. Every full-attention decode term is linear in c, so the
+  interpolation is exact for them; the number of shapes grows with the log of the
+  context, not the context, which keeps 8K-token answers fast.
+
+Two engine behaviours sit on top of the device time (``serving.presets``): a decode batch
+of B sequences runs the CUDA graph captured for the next size B' ≥ B, priced as B'
+sequences holding the batch's B·c cached tokens between them (padding rows compute the
+GEMMs, read no KV); and the engine's host time per step is added to (or, with an
+overlap scheduler, overlapped with) the device time.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
+import numpy as np
+
 from phasewise.cost import CostModel
 from phasewise.cost.calibrated import engine_steps
 from phasewise.ledger import SeqGroup, Step, build_ledger
+from phasewise.serving.presets import HostTime
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 
 # 16 tokens: vLLM's default KV block size, so bucket edges fall on block edges.
 DEFAULT_BUCKET_TOKENS = 16
+# Relative buckets are an eighth of the context's power of two: 512 tokens at 4-8K.
+RELATIVE_BUCKET_SHIFT = 3
 
 Chunk = tuple[int, int, int]  # (new tokens, cached tokens, logit tokens) of one sequence
 
@@ -36,29 +55,85 @@ class StepPricer:
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, precision: Precision,
                  parallelism: Parallelism, cost: CostModel, *,
                  bucket_tokens: int = DEFAULT_BUCKET_TOKENS,
-                 draft: tuple[ModelSpec, Parallelism, int] | None = None) -> None:
+                 draft: tuple[ModelSpec, Parallelism, int] | None = None,
+                 padded_batch: Callable[[int], int] | None = None,
+                 host: HostTime | None = None, relative_buckets: bool = True,
+                 cache: dict | None = None) -> None:
         self.model, self.hardware, self.precision = model, hardware, precision
         self.parallelism, self.cost, self.bucket = parallelism, cost, max(1, bucket_tokens)
+        self.padded_batch, self.host, self.relative = padded_batch, host, relative_buckets
         # Speculative decoding: (draft model, its parallelism, γ). A decode step is then a
         # round: γ draft decode steps, and one target step verifying γ+1 tokens a sequence.
         self.draft = draft
         self.decode_tokens = 1 + (draft[2] if draft else 0)
-        self._cache: dict[tuple, float] = {}
+        self._cache: dict[tuple, float] = {} if cache is None else cache
         self.misses = 0
 
     def step_s(self, decode_batch: int, context_sum: int, chunks: tuple[Chunk, ...] = ()) -> float:
         """A step of ``decode_batch`` one-token decodes whose cached contexts sum to
         ``context_sum``, plus prefill ``chunks``."""
         bucket = self.bucket
-        mean = (int(context_sum / decode_batch / bucket + 0.5) * bucket) if decode_batch else 0
         if chunks:
             chunks = tuple(sorted((new, int(cached / bucket + 0.5) * bucket, logit)
                                   for new, cached, logit in chunks))
-        key = (decode_batch, mean, chunks)
+        if not decode_batch:
+            return self._cached(0, 0, chunks)
+        mean = context_sum / decode_batch
+        width = self._width(mean)
+        low = int(mean // width) * width
+        if not self.relative or width == bucket:
+            return self._cached(decode_batch, int(mean / bucket + 0.5) * bucket, chunks)
+        share = (mean - low) / width
+        below = self._cached(decode_batch, low, chunks)
+        return below + share * (self._cached(decode_batch, low + width, chunks) - below)
+
+    def run_s(self, decode_batch: int, context_sum: int, ticks: int) -> np.ndarray:
+        """Seconds of ``ticks`` consecutive decode-only steps of the same batch, each
+        sequence one token further than in the step before: ``step_s`` of each, priced a
+        bucket at a time (inside a bucket the price is linear in the mean context)."""
+        out = np.empty(ticks)
+        j = 0
+        while j < ticks:
+            total = context_sum + j * decode_batch
+            mean = total / decode_batch
+            width = self._width(mean)
+            if not self.relative or width == self.bucket:
+                out[j] = self.step_s(decode_batch, total)
+                j += 1
+                continue
+            low = int(mean // width) * width
+            n = min(ticks - j, max(1, math.ceil(low + width - mean)))
+            below = self._cached(decode_batch, low, ())
+            above = self._cached(decode_batch, low + width, ())
+            means = (context_sum + np.arange(j, j + n) * decode_batch) / decode_batch
+            out[j:j + n] = below + (means - low) / width * (above - below)
+            j += n
+        return out
+
+    def _width(self, mean_context: float) -> int:
+        if not self.relative or mean_context < 2 * self.bucket:
+            return self.bucket
+        power = 1 << max(0, int(math.log2(mean_context)) - RELATIVE_BUCKET_SHIFT)
+        return max(self.bucket, power)
+
+    def _cached(self, decode_batch: int, context: int, chunks: tuple[Chunk, ...]) -> float:
+        key = (decode_batch, context, chunks)
         price = self._cache.get(key)
         if price is None:
-            price = self._cache[key] = self._price(decode_batch, mean, chunks)
+            price = self._cache[key] = self._with_engine(decode_batch, context, chunks)
         return price
+
+    def _with_engine(self, decode_batch: int, context: int, chunks: tuple[Chunk, ...]) -> float:
+        """Device time of the step as the engine runs it (a pure decode step padded to its
+        captured graph), plus the engine's host time."""
+        if decode_batch and not chunks and self.padded_batch is not None:
+            padded = self.padded_batch(decode_batch)
+            device_s = self._price(padded, round(context * decode_batch / padded), chunks)
+        else:
+            device_s = self._price(decode_batch, context, chunks)
+        if self.host is None:
+            return device_s
+        return self.host.step_s(device_s, decode_batch + len(chunks))
 
     def _price(self, decode_batch: int, context: int, chunks: tuple[Chunk, ...]) -> float:
         self.misses += 1

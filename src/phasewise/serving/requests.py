@@ -36,10 +36,17 @@ class Requests:
 @dataclass(frozen=True, slots=True)
 class ClosedLoop:
     """``clients`` users, each sending a request, waiting for the whole answer, pausing
-    ``think_time_s`` and sending the next, until ``requests`` have been sent in all."""
+    ``think_time_s`` and sending the next, until ``requests`` have been sent in all. All
+    clients start at 0, as ``vllm bench serve --max-concurrency`` and SGLang's
+    bench_serving start them (every request is a task at once, a semaphore of
+    ``clients`` lets them through), unless ``ramp_up_s`` spreads the first requests."""
 
     clients: int
     think_time_s: float = 0.0
+    ramp_up_s: float = 0.0  # client c sends its first request at c · ramp_up_s / clients
+
+    def start_s(self, client: int) -> float:
+        return client * self.ramp_up_s / self.clients
 
 
 # ---------------------------------------------------------------- arrival processes
@@ -122,6 +129,17 @@ class Lengths:
 
 
 _LENGTH_ARITY = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2}
+
+
+def range_lengths(lengths: Lengths, ratio: float) -> Lengths:
+    """A fixed length L drawn as vLLM's benchmark_serving ``--random-range-ratio r`` draws
+    it: uniform on the integers [⌊r·L⌋, L] (benchmarks/benchmark_serving.py
+    sample_random_requests, ``np.random.randint(int(input_len * range_ratio),
+    input_len + 1)``); other distributions and r = 1 are left as they are."""
+    if ratio >= 1 or lengths.kind != "fixed":
+        return lengths
+    length = lengths.params[0]
+    return Lengths("uniform", (max(1, int(length * ratio)), length))
 
 
 def parse_lengths(text: str, flag: str) -> Lengths:

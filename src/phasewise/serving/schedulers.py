@@ -108,6 +108,47 @@ class ChunkedPrefill:
         return Plan(bool(r.running), chunks)
 
 
+class PrefillFirstChunked:
+    """SGLang's default loop: whenever a prefill batch can be formed it runs in a step of
+    its own, up to the chunked-prefill budget (a longer prompt continues in the next
+    prefill step); otherwise every running sequence decodes. Prefill and decode share no
+    step (--enable-mixed-chunk is off by default)."""
+
+    def plan(self, r: Replica, out: list) -> Plan | None:
+        r.join_pulled()
+        r.start_pulls(out)
+        chunks, budget = _continue_prefills(r, r.limits.max_batched_tokens)
+        chunks += _admit_prompts(r, budget, whole=False)
+        if chunks:
+            return Plan(False, chunks)
+        if r.running:
+            r.reserve_decode()
+            if r.running:
+                return Plan(True, [])
+        return None
+
+
+class MixedWhole:
+    """TensorRT-LLM's in-flight batching without chunked prefill: every running sequence
+    decodes, and waiting prompts join the same step whole while the token budget left
+    after the decodes holds them."""
+
+    def plan(self, r: Replica, out: list) -> Plan | None:
+        r.join_pulled()
+        r.start_pulls(out)
+        budget = r.limits.max_batched_tokens
+        if r.running:
+            r.reserve_decode()
+            budget -= len(r.running) * r.pricer.decode_tokens
+        chunks = _admit_prompts(r, budget, whole=True)
+        if not chunks and not r.running:
+            if r.waiting and r.can_admit(r.waiting[0]):  # a prompt over the budget runs alone
+                chunks = _admit_prompts(r, r.tokens_to_prefill(r.waiting[0]), whole=True)
+            if not chunks:
+                return None
+        return Plan(bool(r.running), chunks)
+
+
 @dataclass(frozen=True, slots=True)
 class Scheduler:
     """A named way to serve: the batching policy of each replica, whether prefill and
@@ -132,6 +173,10 @@ SCHEDULERS: dict[str, Scheduler] = {
                             "vLLM-style continuous batching, whole prompts first"),
     "chunked": Scheduler(ChunkedPrefill, "Sarathi-style chunked prefill under a token budget",
                          chunked=True),
+    "prefill-first": Scheduler(PrefillFirstChunked, "SGLang-style: chunked prefill steps "
+                               "first, decode steps when no prompt waits", chunked=True),
+    "mixed": Scheduler(MixedWhole, "TensorRT-LLM-style in-flight batching: whole prompts "
+                       "join the decodes under the token budget"),
     "disaggregated": Scheduler(ContinuousBatching,
                                "prefill and decode pools; KV moves over a link (DistServe)",
                                disaggregated=True),

@@ -21,6 +21,7 @@ from phasewise.ledger import kv_cache_bytes_per_device
 from phasewise.serving.cluster import Cluster, Source, load_balancer
 from phasewise.serving.engine import EventLoop
 from phasewise.serving.kv_cache import DEFAULT_BLOCK_TOKENS, KVCapacity, kv_capacity
+from phasewise.serving.presets import EngineSettings
 from phasewise.serving.pricing import DEFAULT_BUCKET_TOKENS, StepPricer
 from phasewise.serving.replica import Limits, Replica, Seq
 from phasewise.serving.requests import ClosedLoop, Requests
@@ -65,8 +66,14 @@ class Server:
     kv_link: str = "infiniband-ndr-400"
     cost: str | CostModel = DEFAULT_COST_MODEL
     speculation: Speculation | None = None  # on the replicas that decode
-    engine: str | None = None  # the calibrated model's engine profile (None: generic)
+    engine: str | None = None  # the calibrated model's engine profile (None: the preset's)
     calibration: str | None = None  # a calibration profile file (None: the bundled one)
+    preset: EngineSettings | None = None  # graph padding, host time, memory share
+    fast_forward: bool = True  # steady decode runs as one event (the same results)
+    # step prices kept across runs of the same model, device, formats and engine (keyed
+    # by pool role, parallelism and device inside): a sweep or a validation replay prices
+    # each shape once; None keeps them per run
+    price_cache: dict | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass
@@ -86,6 +93,7 @@ class Simulation:
     events: int
     bucket_tokens: int
     notes: list[str] = field(default_factory=list)
+    warmup: int = 0  # requests (the first ids) left out of the figures
 
     @property
     def steps(self) -> int:
@@ -95,10 +103,14 @@ class Simulation:
 def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | None = None,
              bucket_tokens: int = DEFAULT_BUCKET_TOKENS,
              memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET_BYTES,
-             progress: Callable[[int, int], None] | None = None) -> Simulation:
+             progress: Callable[[int, int], None] | None = None,
+             warmup: int = 0) -> Simulation:
     """Serve ``requests`` (an open loop when they carry arrival times, else ``closed_loop``)
-    and return what happened. Deterministic: the same inputs give the same run."""
+    and return what happened; the first ``warmup`` requests are served but left out of
+    the figures. Deterministic: the same inputs give the same run."""
     check_held_memory(requests, memory_budget_bytes)
+    if server.preset is not None and not server.preset.prefix_caching:
+        requests = Requests(requests.input_tokens, requests.output_tokens, requests.arrival_s)
     if requests.arrival_s is None and closed_loop is None:
         raise InputError("the requests have no arrival times; give a rate, a trace or a number "
                          "of concurrent clients.")
@@ -106,8 +118,14 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
     how = scheduler(server.scheduler)
     load_balancer(server.load_balancer)  # a clear error before anything is built
     longest = int(np.max(requests.input_tokens + requests.output_tokens)) - 1
-    limits = Limits(server.max_seqs, server.max_batched_tokens or how.default_budget(longest))
+    budget = server.max_batched_tokens or how.default_budget(longest)
+    if server.preset is not None and not how.chunked:
+        budget = max(budget, longest)  # the engines size a whole-prompt step to the longest
+    limits = Limits(server.max_seqs, budget)
     _check_limits(limits, longest, how.chunked, server.max_batched_tokens is not None)
+    if warmup < 0 or warmup >= len(requests):
+        raise InputError(f"--warmup {warmup}: give fewer warm-up requests than the "
+                         f"{len(requests)} sent.")
     notes = server.speculation.warnings(model, server.pool.parallelism) \
         if server.speculation else []
     cluster = Cluster([], [], server.load_balancer)
@@ -128,7 +146,7 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
                       cluster.transfers, capacities, replicas[0].pricer.cost.name, closed_loop,
                       sum(r.devices for r in replicas),
                       sum({id(r.pricer): r.pricer.shapes for r in replicas}.values()), events,
-                      bucket_tokens, notes)
+                      bucket_tokens, notes, warmup)
 
 
 def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: Callable,
@@ -139,7 +157,9 @@ def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: C
     if pool.replicas < 1:
         raise InputError(f"a pool needs at least one replica, got {pool.replicas}.")
     device = load_hardware(pool.hardware) if isinstance(pool.hardware, str) else pool.hardware
-    cost = (cost_model_for(server.cost, device, engine=server.engine,
+    preset = server.preset
+    cost_engine = server.engine or (preset.cost_engine if preset else None)
+    cost = (cost_model_for(server.cost, device, engine=cost_engine,
                            calibration=server.calibration)
             if isinstance(server.cost, str) else server.cost)
     spec = server.speculation if role != "prefill" else None
@@ -148,17 +168,27 @@ def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: C
         draft_model, draft_par, _ = spec.drafter(model, pool.parallelism)
         draft = (draft_model, draft_par, spec.tokens)
         extra = spec.memory(model, server.precision, pool.parallelism)
+    shared = None if server.price_cache is None else server.price_cache.setdefault(
+        (role, pool.parallelism, device.name, bucket_tokens), {})
     pricer = StepPricer(model, device, server.precision, pool.parallelism, cost,
-                        bucket_tokens=bucket_tokens, draft=draft)
+                        bucket_tokens=bucket_tokens, draft=draft, cache=shared,
+                        padded_batch=preset.padded_batch if preset else None,
+                        host=preset.host if preset else None)
     capacity = kv_capacity(model, device, server.precision, pool.parallelism,
                            block_tokens=server.block_tokens,
                            max_batched_tokens=limits.max_batched_tokens,
-                           max_seqs=limits.max_seqs, draft=extra)
+                           max_seqs=limits.max_seqs, draft=extra,
+                           memory_fraction=preset.memory_fraction if preset else None,
+                           of_free=preset.memory_fraction_of_free if preset else False)
     _check_fits(requests, capacity, role, device.display_name)
     first = len(cluster.replicas)
     args = (role, policy(), pricer, capacity, limits, cluster)
     if spec is None:
-        return [Replica(first + i, *args) for i in range(pool.replicas)], capacity
+        members = [Replica(first + i, role, policy(), pricer, capacity, limits, cluster)
+                   for i in range(pool.replicas)]
+        for member in members:
+            member.fast_forward = server.fast_forward
+        return members, capacity
     return [SpeculativeReplica(first + i, *args, tokens_per_round=spec.tokens_per_round)
             for i in range(pool.replicas)], capacity
 

@@ -82,6 +82,7 @@ class SpeculativeReplica(Replica):
 
     def __init__(self, *args, tokens_per_round: Fraction, **kwargs) -> None:  # noqa: ANN002, ANN003
         super().__init__(*args, **kwargs)
+        self.fast_forward = False  # rounds grow the context by their yield, not by one
         self.p, self.q = tokens_per_round.numerator, tokens_per_round.denominator
 
     def tokens_after(self, rounds: int) -> int:

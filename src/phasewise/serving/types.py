@@ -40,6 +40,11 @@ class SimInputs(_Frozen):
     kv_dtype: str
     cost_model: str
     engine: str | None  # the calibrated model's engine profile; None under speed of light
+    engine_preset: str | None = None  # the serving engine's scheduler preset (vllm@0.19)
+    calibration: str = "bundled"  # the calibration profile the cost model took
+    cuda_graph_sizes: list[int] = []  # decode batches are padded to these
+    memory_fraction: float | None = None
+    host_overhead: str | None = None  # the engine's host time per step, and its source
     bucket_tokens: int
     speculation: str | None  # draft, γ, α and the expected tokens a round
     workload: dict[str, str | float | int | None]
@@ -54,6 +59,7 @@ class LatencyStats(_Frozen):
     p90_s: float
     p99_s: float
     max_s: float
+    percentiles: dict[str, float] = {}  # "p50" -> seconds, for the percentiles asked for
 
 
 class SloReport(_Frozen):

@@ -1,0 +1,230 @@
+"""Accuracy of the simulator on real serving runs, holding out whole devices and engines.
+
+Replays every Hopper row of catalog/measurements/serving/serving_hopper.csv through
+`phasewise.validate.serving` (the engine presets, a closed loop of the row's concurrency,
+ten prompts a client), fits each engine's host time and device scale on the training
+rows, and scores the held-out ones:
+
+    python benchmarks/bench_serving_accuracy.py --stage replay   # host time 0: baseline
+    python benchmarks/bench_serving_accuracy.py --stage fit      # fits, writes host_fit.toml
+    python benchmarks/bench_serving_accuracy.py --stage score    # replays with the fits
+
+Folds: fit on H100 rows, judge H200 rows, and the reverse; fit on two engines, judge the
+third (its host time and scale then take the mean of the others'). The held-out figures
+come from full re-simulations with the fitted constants, not from the fit's proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent
+OUT = ROOT / "results" / "serving_accuracy"
+HOST_FIT = ROOT.parent / "src" / "phasewise" / "catalog" / "engines" / "host_fit.toml"
+ENGINES = ("vllm", "sglang", "trtllm")
+DEVICES = ("h100_sxm", "h200_sxm")
+# The fit's search grid: device scale, base host time per step, host time per sequence.
+SCALES = np.arange(0.60, 1.61, 0.02)
+BASES_S = np.arange(0.0, 20.01e-3, 0.25e-3)
+PER_SEQ_S = np.array([0.0, 5e-6, 10e-6, 20e-6, 40e-6, 80e-6])
+
+
+def _replay_one(args):  # noqa: ANN001, ANN202
+    from phasewise.errors import InputError
+    from phasewise.serving.presets import HostTime
+    from phasewise.validate.scenario import MappingError
+    from phasewise.validate.serving import replay
+
+    row, host, prompts = args
+    try:
+        r = replay(row, host=host, prompts_per_client=prompts)
+        return row.line, r.ttft_s, r.tpot_s, ""
+    except (InputError, MappingError) as err:
+        return row.line, float("nan"), float("nan"), str(err)
+
+
+def replay_rows(rows, hosts: dict, prompts: int, workers: int) -> dict:  # noqa: ANN001
+    """line -> (ttft_s, tpot_s, skip reason), ``hosts[engine]`` the host time used."""
+    # rows of one model, device, format and engine share step prices: keep them together
+    ordered = sorted(rows, key=lambda r: (r.model, r.hardware, r.gemm_quant, r.engine, r.line))
+    jobs = [(r, hosts.get(r.engine), prompts) for r in ordered]
+    out = {}
+    with Pool(workers) as pool:
+        for done, (line, ttft, tpot, why) in enumerate(
+                pool.imap_unordered(_replay_one, jobs, chunksize=16), start=1):
+            out[line] = (ttft, tpot, why)
+            if done % 100 == 0:
+                print(f"  {done}/{len(jobs)} rows", file=sys.stderr, flush=True)
+    return out
+
+
+def write_table(path: Path, rows, sims: dict) -> None:  # noqa: ANN001
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["line", "id", "engine", "device", "mode", "concurrency", "isl", "osl",
+                    "ttft_s", "tpot_s", "sim_ttft_s", "sim_tpot_s", "skipped"])
+        for r in rows:
+            ttft, tpot, why = sims[r.line]
+            w.writerow([r.line, r.record_id, r.engine, r.hardware, r.mode, r.concurrency, r.isl,
+                        r.osl, r.ttft_s, r.tpot_s, ttft, tpot, why])
+
+
+def read_table(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def fit_engine(rows: list[dict], overlap: bool) -> tuple[float, float, float, float]:
+    """(scale, base_s, per_seq_s, median |TPOT error|) minimising the median absolute log
+    error of TPOT ≈ scale·TPOT₀ + base + per_seq·C (overlap: max of the two), TPOT₀ the
+    simulation without host time."""
+    t0 = np.array([float(r["sim_tpot_s"]) for r in rows])
+    meas = np.array([float(r["tpot_s"]) for r in rows])
+    conc = np.array([float(r["concurrency"]) for r in rows])
+    best = (1.0, 0.0, 0.0, np.inf)
+    for p in PER_SEQ_S:
+        host = BASES_S[:, None] + p * conc[None, :]  # (bases, rows)
+        for s in SCALES:
+            dev = s * t0[None, :]
+            pred = np.maximum(dev, host) if overlap else dev + host
+            err = np.median(np.abs(np.log(pred / meas[None, :])), axis=1)
+            i = int(np.argmin(err))
+            if err[i] < best[3]:
+                best = (float(s), float(BASES_S[i]), float(p), float(err[i]))
+    return best
+
+
+OVERLAP = {"vllm": False, "sglang": True, "trtllm": True}  # the presets' overlap schedulers
+
+
+def _usable(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if not r["skipped"] and float(r["sim_tpot_s"]) > 0]
+
+
+def fits_for(train: list[dict]) -> dict[str, tuple]:
+    """Per engine (scale, base_s, per_seq_s, residual, rows) fitted on ``train``."""
+    out = {}
+    for engine in ENGINES:
+        mine = [r for r in _usable(train) if r["engine"] == engine]
+        if mine:
+            out[engine] = (*fit_engine(mine, OVERLAP[engine]), len(mine))
+    return out
+
+
+def folds(table: list[dict]) -> dict[str, tuple[list[dict], list[dict]]]:
+    """fold name -> (training rows, held-out rows): whole devices, then whole engines."""
+    out = {}
+    for held in DEVICES:
+        out[f"device {held}"] = ([r for r in table if r["device"] != held],
+                                 [r for r in table if r["device"] == held])
+    for held in ENGINES:
+        out[f"engine {held}"] = ([r for r in table if r["engine"] != held],
+                                 [r for r in table if r["engine"] == held])
+    return out
+
+
+def fold_hosts(train: list[dict], held_engines: set[str]) -> dict:
+    """Host times for the held-out rows: each engine's own fit, or for an engine the
+    training rows lack, the mean of the others' constants with its own overlap."""
+    from phasewise.serving.presets import HostTime
+
+    fits = fits_for(train)
+    mean = np.mean([f[:3] for f in fits.values()], axis=0)
+    hosts = {}
+    for engine in ENGINES:
+        scale, base, per_seq = fits[engine][:3] if engine in fits else mean
+        hosts[engine] = HostTime(float(base), float(per_seq), OVERLAP[engine],
+                                 "fold fit", float(scale))
+    return hosts
+
+
+def fit_stage(table: list[dict]) -> None:
+    """Fit every engine on all Hopper rows and write the bundled host-time file."""
+    fits = fits_for(table)
+    lines = ["# Engine host time per step and device scale, fitted by",
+             "# benchmarks/bench_serving_accuracy.py --stage fit to the H100 and H200 rows of",
+             "# catalog/measurements/serving/serving_hopper.csv (TPOT ≈ scale·TPOT₀ + base +",
+             "# per_seq·concurrency; with an overlap scheduler the max of the two), TPOT₀ the",
+             "# simulation without host time. residual: the fit's median |TPOT error|.", ""]
+    for engine, (scale, base, per_seq, residual, n) in fits.items():
+        lines += [f"[engines.{engine}]", f"base_s = {base:.6g}", f"per_seq_s = {per_seq:.6g}",
+                  f"device_scale = {scale:.4g}", f"residual_median_abs_tpot = {residual:.4f}",
+                  f"rows = {n}",
+                  f'source = "fit to {n} {engine} rows of serving_hopper.csv (H100 and H200), '
+                  f'median |TPOT error| {residual:.1%}"', ""]
+        print(f"{engine}: scale {scale:.3f}, base {base * 1e3:.2f} ms, per seq "
+              f"{per_seq * 1e6:.0f} µs, residual {residual:.1%} over {n} rows")
+    from phasewise.files import write_atomic
+
+    write_atomic(HOST_FIT, "\n".join(lines))
+
+
+def score_stage(rows, args) -> None:  # noqa: ANN001
+    """Replay every held-out row of every fold with that fold's fit; print the table."""
+    table = read_table(OUT / "replay_no_host.csv")
+    by_line = {r.line: r for r in rows}
+    report = []
+    for name, (train, held) in folds(table).items():
+        hosts = fold_hosts(train, {r["engine"] for r in held})
+        held_rows = [by_line[int(r["line"])] for r in held if int(r["line"]) in by_line]
+        sims = replay_rows(held_rows, hosts, args.prompts_per_client, args.workers)
+        write_table(OUT / f"heldout_{name.replace(' ', '_')}.csv", held_rows, sims)
+        report.append((name, held_rows, sims))
+    print_report(report)
+
+
+def _stats(errors: list[float]) -> str:
+    a = np.abs(np.asarray(errors))
+    return f"{np.median(a):.1%} / {np.percentile(a, 90):.1%}" if len(a) else "-"
+
+
+def print_report(report) -> None:  # noqa: ANN001
+    print("| held out | rows | simulated | TPOT median / p90 abs err | mean TTFT median / p90 abs err |")
+    print("|---|---:|---:|---:|---:|")
+    for name, rows, sims in report:
+        done = [(r, sims[r.line]) for r in rows if not sims[r.line][2]]
+        tpot = [s[1] / r.tpot_s - 1 for r, s in done]
+        ttft = [s[0] / r.ttft_s - 1 for r, s in done]
+        print(f"| {name} | {len(rows)} | {len(done) / max(len(rows), 1):.1%} | {_stats(tpot)} | "
+              f"{_stats(ttft)} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stage", choices=("replay", "fit", "score"), required=True)
+    parser.add_argument("--prompts-per-client", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--limit", type=int, default=0, help="first N rows only (a smoke run)")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from phasewise.serving.presets import HostTime
+    from phasewise.validate.serving import load_serving
+
+    rows, _ = load_serving()
+    rows = [r for r in rows if r.hardware in DEVICES]
+    if args.limit:
+        rows = rows[:args.limit]
+    start = time.perf_counter()
+    if args.stage == "replay":
+        zero = {e: HostTime(0.0, 0.0, False) for e in ENGINES}
+        sims = replay_rows(rows, zero, args.prompts_per_client, args.workers)
+        write_table(OUT / "replay_no_host.csv", rows, sims)
+    elif args.stage == "fit":
+        fit_stage(read_table(OUT / "replay_no_host.csv"))
+    else:
+        score_stage(rows, args)
+    print(f"{args.stage}: {len(rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

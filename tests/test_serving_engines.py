@@ -1,0 +1,230 @@
+"""Engine presets, CUDA-graph padding, host time, the engines' schedulers, layouts and the
+benchmark's own load, each checked against a hand calculation or the engine's source."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from phasewise.catalog import load_hardware
+from phasewise.cost import StepTiming, Timing
+from phasewise.errors import InputError
+from phasewise.serving import ClosedLoop, Pool, Requests, Server, request_metrics, simulate
+from phasewise.serving.layouts import engine_layout
+from phasewise.serving.presets import HostTime, capture_sizes, engine_settings, is_preset
+from phasewise.serving.requests import Lengths, range_lengths
+from phasewise.specs import Parallelism
+from tests.test_serving_fakes import FixedStep, trace
+
+
+class BatchStep:
+    """A step costs 1 ms per decode sequence in it (and 1 µs per prompt token): the
+    padded batch a step was priced at can be read off its time."""
+
+    name = "batch"
+
+    def step_time(self, ledger, hardware) -> StepTiming:  # noqa: ANN001
+        seconds = 0.0
+        for group in ledger.step.groups:
+            per = 1e-3 if group.new_tokens == 1 else 1e-6 * group.new_tokens
+            seconds += group.count * per
+        return StepTiming(Timing(seconds, 0, 0, 0, seconds, "overhead", 0, 0, 0), ())
+
+
+H100 = load_hardware("h100-sxm")
+
+
+# ---------------------------------------------------------------- presets
+
+
+def test_vllm_v1_on_h100_takes_the_large_memory_defaults() -> None:
+    # arg_utils.get_batch_defaults: ≥ 70 GiB and not A100 -> 8192 tokens, 1024 sequences
+    vllm = engine_settings("vllm@0.19", H100)
+    assert (vllm.scheduler, vllm.max_num_batched_tokens, vllm.max_num_seqs) == ("chunked", 8192, 1024)
+    assert vllm.memory_fraction == 0.9 and vllm.prefix_caching and not vllm.host.overlap
+
+
+def test_vllm_v1_on_a100_keeps_the_small_defaults() -> None:
+    vllm = engine_settings("vllm", load_hardware("a100-80gb-sxm"))
+    assert (vllm.max_num_batched_tokens, vllm.max_num_seqs) == (2048, 256)
+
+
+def test_vllm_capture_sizes_follow_set_cudagraph_sizes() -> None:
+    # [1, 2, 4] + range(8, 256, 8) + range(256, min(2 * 1024, 512) + 1, 16)
+    expected = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+    assert list(engine_settings("vllm@0.19", H100).cuda_graph_sizes) == expected
+
+
+def test_sglang_memory_fraction_is_its_formula() -> None:
+    # tp 8 on an 80 GB part: chunk 8192, cuda_graph_max_bs 512; reserved = 512 + 1.5·8192
+    # + 2·512 + 1024·8/8 = 14,848 MB of 80e9 / 2^20 = 76,293.9 MB -> 0.805
+    sglang = engine_settings("sglang", H100, tp=8, ranks=8)
+    assert sglang.memory_fraction == pytest.approx(0.805)
+    assert sglang.cuda_graph_sizes[-1] == 512 and sglang.host.overlap
+    assert sglang.scheduler == "prefill-first"
+
+
+def test_trtllm_does_not_pad_to_graphs_by_default() -> None:
+    trt = engine_settings("trtllm", H100)
+    assert trt.cuda_graph_sizes == () and trt.padded_batch(5) == 5
+    assert (trt.scheduler, trt.max_num_batched_tokens, trt.memory_fraction_of_free) == \
+        ("mixed", 8192, True)
+
+
+def test_llama_server_slots_follow_the_release() -> None:
+    assert engine_settings("llama.cpp@b7000", H100).max_num_seqs == 4  # PR #16736
+    assert engine_settings("llama.cpp@b5000", H100).max_num_seqs == 1
+
+
+def test_a_version_before_the_presets_is_refused() -> None:
+    with pytest.raises(InputError, match="start at"):
+        engine_settings("trtllm@0.8", H100)
+    with pytest.raises(InputError, match="unknown engine preset"):
+        engine_settings("vlm", H100)
+    assert is_preset("vllm@0.19") and not is_preset("tgi")
+
+
+def test_capture_sizes_cut_at_the_largest() -> None:
+    assert capture_sizes([[1, 1, 1], [8, 32, 8]], 20) == (1, 8, 16)
+
+
+# ---------------------------------------------------------------- padding and host time
+
+
+def _run(preset, requests, *, clients=None, scheduler=None, cost=None, **server):  # noqa: ANN001, ANN003, ANN202
+    s = Server(model="llama-3.1-8b", pool=Pool(H100, Parallelism()),
+               scheduler=scheduler or preset.scheduler, cost=cost or BatchStep(),
+               preset=preset, **server)
+    sim = simulate(s, requests, closed_loop=ClosedLoop(clients) if clients else None)
+    return sim, request_metrics(sim)
+
+
+def test_a_decode_batch_costs_its_padded_graph_size() -> None:
+    # five sequences decode together; graphs at 1, 2, 4, 8: the step runs the 8-graph,
+    # 8 ms a token under BatchStep, not 5 ms
+    preset = dataclasses.replace(engine_settings("vllm", H100), cuda_graph_sizes=(1, 2, 4, 8),
+                                 host=HostTime())
+    requests = Requests(np.full(5, 8), np.full(5, 11))
+    _, m = _run(preset, requests, clients=5)
+    assert m.tpot_s == pytest.approx(np.full(5, 8e-3))
+
+
+def test_host_time_adds_without_overlap_and_hides_with_it() -> None:
+    requests = Requests(np.full(2, 8), np.full(2, 21))
+    base = engine_settings("vllm", H100)
+    for overlap, expected_s in ((False, 2e-3 + 3e-3 + 2 * 0.5e-3), (True, 4e-3)):
+        # a 2-sequence decode step: 2 ms device; host 3 ms + 0.5 ms a sequence = 4 ms
+        host = HostTime(3e-3, 0.5e-3, overlap)
+        preset = dataclasses.replace(base, cuda_graph_sizes=(), host=host)
+        _, m = _run(preset, requests, clients=2)
+        assert m.tpot_s == pytest.approx(np.full(2, expected_s))
+
+
+# ---------------------------------------------------------------- schedulers
+
+
+def test_chunked_prefill_gives_prompts_the_budget_left_by_decodes() -> None:
+    # budget 100: three sequences decoding leave 97 tokens; a 500-token prompt arriving
+    # while they run is prefilled in chunks of at most 97
+    preset = dataclasses.replace(engine_settings("vllm", H100), cuda_graph_sizes=(),
+                                 host=HostTime())
+    requests = trace((0.0, 10, 400), (0.0, 10, 400), (0.0, 10, 400), (0.05, 500, 5))
+    sim, _ = _run(preset, requests, max_batched_tokens=100, max_seqs=8)
+    rows = np.frombuffer(sim.replicas[0].steps, dtype=float).reshape(-1, 8)
+    prefill, decodes = rows[:, 3], rows[:, 2]
+    mixed = (prefill > 0) & (decodes == 3)
+    assert mixed.any() and (prefill[mixed] <= 100 - 3).all()
+    assert prefill[mixed].max() == 97
+
+
+def test_sglang_runs_prefill_steps_apart_from_decodes() -> None:
+    preset = dataclasses.replace(engine_settings("sglang", H100), cuda_graph_sizes=(),
+                                 host=HostTime())
+    requests = trace((0.0, 10, 200), (0.05, 300, 5))
+    sim, _ = _run(preset, requests, max_batched_tokens=128, max_seqs=8)
+    rows = np.frombuffer(sim.replicas[0].steps, dtype=float).reshape(-1, 8)
+    assert not ((rows[:, 3] > 0) & (rows[:, 2] > 0)).any()  # no step both prefills and decodes
+    assert rows[:, 3].max() == 128  # a 300-token prompt in chunks of the budget
+
+
+def test_trtllm_prompts_join_the_decodes_whole() -> None:
+    preset = dataclasses.replace(engine_settings("trtllm", H100), host=HostTime())
+    requests = trace((0.0, 10, 200), (0.05, 300, 5))
+    sim, _ = _run(preset, requests, max_batched_tokens=512)
+    rows = np.frombuffer(sim.replicas[0].steps, dtype=float).reshape(-1, 8)
+    joined = (rows[:, 3] > 0) & (rows[:, 2] > 0)
+    assert joined.sum() == 1 and rows[joined, 3][0] == 300
+
+
+def test_fast_forward_gives_the_same_run_as_stepping() -> None:
+    rng = np.random.default_rng(3)
+    requests = Requests(rng.integers(20, 400, 120), rng.integers(2, 200, 120),
+                        np.sort(rng.uniform(0, 2, 120)))
+    preset = engine_settings("vllm", H100)
+    runs = [_run(preset, requests, cost=FixedStep(0.004), max_seqs=16, fast_forward=ff)[1]
+            for ff in (True, False)]
+    for name in ("ttft_s", "e2el_s"):
+        assert np.array_equal(getattr(runs[0], name), getattr(runs[1], name))
+
+
+# ---------------------------------------------------------------- the benchmark's load
+
+
+def test_clients_starting_at_once_wait_in_one_wave() -> None:
+    # four clients, fixed 10 ms steps, whole prompts first: all four prompts share the
+    # first step (TTFT 10 ms each); their answers end together, so do the next four's
+    requests = Requests(np.full(8, 16), np.full(8, 3))
+    preset = dataclasses.replace(engine_settings("vllm@0.6", H100), cuda_graph_sizes=(),
+                                 host=HostTime())
+    _, m = _run(preset, requests, clients=4, cost=FixedStep(0.01))
+    assert m.ttft_s == pytest.approx(np.full(8, 0.01))
+    assert m.e2el_s == pytest.approx(np.full(8, 0.03))
+
+
+def test_a_staggered_closed_loop_has_p50_below_max_ttft() -> None:
+    # 8 clients ramped over 0.7 s against 10 ms steps: the early ones find the server idle,
+    # later ones queue behind ongoing prefills
+    requests = Requests(np.full(32, 2000), np.full(32, 50))
+    preset = dataclasses.replace(engine_settings("vllm", H100), host=HostTime())
+    s = Server(model="llama-3.1-8b", pool=Pool(H100, Parallelism()), scheduler="chunked",
+               cost=FixedStep(0.01), preset=preset, max_batched_tokens=512)
+    m = request_metrics(simulate(s, requests, closed_loop=ClosedLoop(8, ramp_up_s=0.7)))
+    assert np.median(m.ttft_s) < m.ttft_s.max()
+    assert ClosedLoop(8, ramp_up_s=0.7).start_s(4) == pytest.approx(0.35)
+
+
+def test_warmup_requests_are_left_out_of_the_figures() -> None:
+    requests = Requests(np.full(6, 16), np.full(6, 3))
+    s = Server(model="llama-3.1-8b", pool=Pool(H100, Parallelism()), cost=FixedStep(0.01))
+    m = request_metrics(simulate(s, requests, closed_loop=ClosedLoop(2), warmup=2))
+    assert list(m.id) == [2, 3, 4, 5]
+
+
+def test_random_range_ratio_draws_as_benchmark_serving() -> None:
+    # np.random.randint(int(1000 * 0.8), 1000 + 1): uniform on 800..1000
+    assert range_lengths(Lengths("fixed", (1000,)), 0.8) == Lengths("uniform", (800, 1000))
+    assert range_lengths(Lengths("fixed", (1000,)), 1.0) == Lengths("fixed", (1000,))
+
+
+# ---------------------------------------------------------------- layouts
+
+
+@pytest.mark.parametrize(("layout", "expected"), [
+    (dict(tp=1, attention_dp=8, moe_tp=1, moe_ep=8), Parallelism(1, 1, 8)),  # DP attention + EP
+    (dict(tp=8, attention_dp=1, moe_tp=8, moe_ep=1), Parallelism(8, 1, 1)),  # MoE TP
+    (dict(tp=8, attention_dp=1, moe_tp=1, moe_ep=8), Parallelism(8, 1, 8)),  # MoE EP
+    (dict(tp=4, attention_dp=1, moe_tp=2, moe_ep=2), Parallelism(4, 1, 2)),  # TP 2 × EP 2
+    (dict(tp=4, attention_dp=4, moe_tp=1, moe_ep=16), Parallelism(4, 1, 16)),  # wide EP
+])
+def test_engine_layouts_map_to_the_ledger(layout: dict, expected: Parallelism) -> None:
+    par = engine_layout(**layout)
+    assert par == expected and par.attention_dp == layout["attention_dp"]
+
+
+def test_expert_tp_under_dp_attention_is_refused() -> None:
+    with pytest.raises(InputError, match="no form"):
+        engine_layout(tp=1, attention_dp=64, moe_tp=8, moe_ep=8)
+    with pytest.raises(InputError, match="must equal"):
+        engine_layout(tp=8, moe_tp=2, moe_ep=2)
