@@ -17,10 +17,16 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 FORMATS = ("table", "json", "csv", "md")
 T = TypeVar("T")
+
+# Counts a flag may take: past this no prompt, batch, pool or request count is real (the
+# longest published context windows are 10M tokens); a bigger number is a typo.
+MAX_COUNT = 100_000_000
+_SUFFIXES = {"k": 1e3, "m": 1e6}
 
 
 def split_list(value: str | None, flag: str, parse: Callable[[str], T]) -> list[T]:
@@ -34,20 +40,81 @@ def split_list(value: str | None, flag: str, parse: Callable[[str], T]) -> list[
     for item in items:
         try:
             out.append(parse(item))
-        except ValueError:
-            raise InputError(f"{flag}: '{item}' is not a valid value; give a whole number or a "
-                             "comma list such as 1,8,64.") from None
+        except (ValueError, OverflowError) as err:
+            if isinstance(err, InputError):
+                raise
+            raise InputError(f"{flag}: '{item}' is not a valid value; give a value or a comma "
+                             "list such as 1,8,64.") from None
     return out
 
 
-def ints(value: str | None, flag: str) -> list[int]:
-    def parse(text: str) -> int:
-        number = float(text.replace("_", "").lower().replace("k", "e3"))
-        if number != int(number):
-            raise ValueError(text)
-        return int(number)
+def _float(text: str) -> float:
+    """'2.5', '1e3', '4k', '1_000' -> a float; ValueError otherwise."""
+    cleaned = str(text).strip().replace("_", "").lower()
+    scale = _SUFFIXES.get(cleaned[-1:], 1.0) if cleaned[:-1] else 1.0
+    return float(cleaned[:-1] if scale != 1.0 else cleaned) * scale
 
-    return split_list(value, flag, parse)
+
+def number(text: str | float | None, flag: str, *, minimum: float | None = None,
+           maximum: float | None = None, above: float | None = None,
+           below: float | None = None, example: str = "0.5") -> float | None:
+    """One finite number within its range: ``minimum``/``maximum`` inclusive,
+    ``above``/``below`` exclusive. None stays None (the flag was not given)."""
+    if text is None:
+        return None
+    try:
+        value = _float(text) if isinstance(text, str) else float(text)
+    except (ValueError, OverflowError):
+        raise InputError(f"{flag} '{text}': not a number; give one such as {example}.") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise InputError(f"{flag} {text}: give a finite number such as {example}.")
+    low = f"at least {minimum:g}" if minimum is not None else \
+        f"above {above:g}" if above is not None else ""
+    high = f"at most {maximum:g}" if maximum is not None else \
+        f"below {below:g}" if below is not None else ""
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum) \
+            or (above is not None and value <= above) or (below is not None and value >= below):
+        raise InputError(f"{flag} {text}: give a number {' and '.join(filter(None, (low, high)))}.")
+    return value
+
+
+def whole(text: str | int | None, flag: str, *, minimum: int = 1,
+          maximum: int = MAX_COUNT) -> int | None:
+    """One whole number in [minimum, maximum] ('1e3', '4k' and '1_000' are whole too)."""
+    if text is None:
+        return None
+    value = number(text, flag, example=str(max(minimum, 1)))
+    if value != int(value):
+        raise InputError(f"{flag} {text}: give a whole number such as {max(minimum, 1)}.")
+    if not minimum <= value <= maximum:
+        raise InputError(f"{flag} {text}: give a whole number from {minimum:,} to "
+                         f"{maximum:,}.")
+    return int(value)
+
+
+def ints(value: str | None, flag: str, *, minimum: int = 1,
+         maximum: int = MAX_COUNT) -> list[int]:
+    """A whole number or a comma list of them, each in [minimum, maximum]."""
+    return split_list(value, flag, lambda item: whole(item, flag, minimum=minimum,
+                                                      maximum=maximum))
+
+
+def numbers(value: str | None, flag: str, **bounds: Any) -> list[float]:
+    """A number or a comma list of them, each finite and in range (``number``'s bounds)."""
+    return split_list(value, flag, lambda item: number(item, flag, **bounds))
+
+
+def checked(flag: str, *, kind: type = float, **bounds: Any) -> Callable[[Any], Any]:
+    """A Typer option callback: the option's value, finite and in range, else an InputError
+    naming the flag (click's own int/float types let NaN, inf and 1e300 through)."""
+    def check(value: Any) -> Any:
+        if value is None:
+            return None
+        if kind is int:
+            return whole(value, flag, **bounds)
+        return number(value, flag, **bounds)
+
+    return check
 
 
 def check_format(fmt: str) -> str:
