@@ -183,7 +183,26 @@ def engine_option() -> Any:
                                                "`phasewise catalog engines` lists them.")
 
 
+def calibration_file(value: str | None) -> str | None:
+    """--calibration: a calibration profile, checked where it enters (a hardware sheet or
+    another TOML given by mistake, an unknown section, a file that is not UTF-8 TOML)."""
+    if value is None:
+        return None
+    from pathlib import Path
+
+    from phasewise.catalog.schema import check_calibration
+    from phasewise.files import read_toml
+
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise InputError(f"--calibration {value}: no such file; give a calibration profile "
+                         "(TOML) that `phasewise calibrate` wrote.")
+    check_calibration(read_toml(path, what="calibration profile"), str(path))
+    return value
+
+
 def calibration_option() -> Any:
-    return typer.Option(None, "--calibration", help="Calibration profile (TOML, as `phasewise "
-                                                    "validate --write-calibration` or `phasewise "
-                                                    "calibrate` writes) instead of the bundled one.")
+    return typer.Option(None, "--calibration", callback=calibration_file,
+                        help="Calibration profile (TOML, as `phasewise validate "
+                             "--write-calibration` or `phasewise calibrate` writes) instead "
+                             "of the bundled one.")

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from phasewise.commands._app import app, console, echo, ints
+from phasewise.commands._app import app, calibration_file, console, echo, ints
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -42,7 +42,8 @@ def profile(
                                           "(default: torch's, which follows OMP_NUM_THREADS)."),
     ceilings_file: Optional[str] = typer.Option(None, "--ceilings", help="Reuse the ceilings of "
                                                 "an earlier run (its JSON) instead of measuring."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", help="A calibration "
+    calibration: Optional[str] = typer.Option(None, "--calibration", callback=calibration_file,
+                                              help="A calibration "
                                               "profile (TOML): show the calibrated model's "
                                               "expected time too."),
     gemm_size: Optional[int] = typer.Option(None, "--gemm-size", help="Side of the square GEMMs "

@@ -9,7 +9,7 @@ from typing import Callable, Iterator, Optional
 
 import typer
 
-from phasewise.commands._app import app, check_format, console, echo
+from phasewise.commands._app import app, calibration_file, check_format, console, echo
 
 
 @app.command()
@@ -25,7 +25,8 @@ def validate(
     refit: bool = typer.Option(False, "--refit",
                                help="Score a fit to these same rows (in-sample)."),
     calibration: Optional[str] = typer.Option(
-        None, "--calibration", help="Score this calibration profile instead of the bundled one."),
+        None, "--calibration", callback=calibration_file,
+        help="Score this calibration profile instead of the bundled one."),
     write_calibration: Optional[Path] = typer.Option(
         None, "--write-calibration", help="Fit every row and write the profile (TOML) here."),
     rows: bool = typer.Option(False, "--rows", help="Print every row, not the summary."),
