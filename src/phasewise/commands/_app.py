@@ -83,9 +83,12 @@ def whole(text: str | int | None, flag: str, *, minimum: int = 1,
     """One whole number in [minimum, maximum] ('1e3', '4k' and '1_000' are whole too)."""
     if text is None:
         return None
-    value = number(text, flag, example=str(max(minimum, 1)))
-    if value != int(value):
-        raise InputError(f"{flag} {text}: give a whole number such as {max(minimum, 1)}.")
+    if isinstance(text, int) or str(text).strip().isdigit():
+        value: float = int(text)  # exact, however long
+    else:
+        value = number(text, flag, example=str(max(minimum, 1)))
+        if value != int(value):
+            raise InputError(f"{flag} {text}: give a whole number such as {max(minimum, 1)}.")
     if not minimum <= value <= maximum:
         raise InputError(f"{flag} {text}: give a whole number from {minimum:,} to "
                          f"{maximum:,}.")
@@ -115,6 +118,37 @@ def checked(flag: str, *, kind: type = float, **bounds: Any) -> Callable[[Any], 
         return number(value, flag, **bounds)
 
     return check
+
+
+def given(*names: str) -> list[str]:
+    """The flags among ``names`` (parameter names) the user typed, not left at their
+    defaults: for refusing a flag that would do nothing in the run asked for."""
+    ctx = _current_context()
+    if ctx is None:
+        return []
+    typed = []
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            option = next(p for p in ctx.command.params if p.name == name)
+            typed.append(option.opts[0] if len(option.opts[0]) > 2 else option.opts[-1])
+    return typed
+
+
+def _current_context() -> Any:
+    try:  # Typer 0.2x carries its own copy of click
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older Typer on the real click
+        from click import get_current_context
+    return get_current_context(silent=True)
+
+
+def refuse_unused(flags: list[str], needs: str) -> None:
+    """An InputError when a flag that only ``needs`` would use was given without it."""
+    if flags:
+        verb = "does" if len(flags) == 1 else "do"
+        raise InputError(f"{', '.join(flags)} {verb} nothing without {needs}; add it or drop "
+                         f"{'the flag' if len(flags) == 1 else 'them'}.")
 
 
 def check_format(fmt: str) -> str:
@@ -165,12 +199,18 @@ def batch_size_option() -> Any:
     return typer.Option("1", "--batch-size", "-b", help="Requests in the batch.")
 
 
+# More devices than any one model instance spans (the largest scale-up domains hold 576).
+MAX_DEVICES = 100_000
+
+
 def pp_option() -> Any:
-    return typer.Option(1, "--pp", help="Pipeline-parallel degree.")
+    return typer.Option(1, "--pp", help="Pipeline-parallel degree.",
+                        callback=checked("--pp", kind=int, maximum=MAX_DEVICES))
 
 
 def ep_option() -> Any:
-    return typer.Option(1, "--ep", help="Expert-parallel degree (MoE).")
+    return typer.Option(1, "--ep", help="Expert-parallel degree (MoE).",
+                        callback=checked("--ep", kind=int, maximum=MAX_DEVICES))
 
 
 def engine_option() -> Any:

@@ -66,6 +66,7 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
     e2el = pre.time_s + (osl - 1) * dec.time_s
     tokens_per_s = b * osl / e2el
     price = device.price_usd_per_hour
+    memory = memory_report(spec, device, workload, precision, parallelism)
     return Estimate(
         tool_version=__version__,
         inputs=Inputs(model=spec.name, hardware=device.name, isl=isl, osl=osl, batch_size=b,
@@ -85,11 +86,11 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
         tokens_per_s_per_gpu=tokens_per_s / parallelism.devices,
         usd_per_million_output_tokens=(price * parallelism.devices / 3600 / tokens_per_s * 1e6
                                        if price else None),
-        memory=memory_report(spec, device, workload, precision, parallelism),
+        memory=memory,
         cost_energy=cost_energy(device, parallelism.devices, prefill_s=pre.time_s,
                                 input_tokens=b * isl, decode_step_s=dec.time_s,
                                 tokens_per_decode_step=b),
-        warnings=_warnings(spec, workload),
+        warnings=_warnings(spec, workload, memory, device, parallelism),
         ops=_op_rows(prefill, decodes[1]) if detail else None,
         constants=_constant_rows(cost_model) if detail else None,
     )
@@ -181,11 +182,27 @@ def memory_report(model: ModelSpec, device: HardwareSpec, workload: Workload,
         max_batch_size=max(0, int(room // kv_per_seq)) if kv_per_seq else 0)
 
 
-def _warnings(model: ModelSpec, workload: Workload) -> list[str]:
+def _warnings(model: ModelSpec, workload: Workload, memory: MemoryReport,
+              device: HardwareSpec, par: Parallelism) -> list[str]:
+    """What makes the figures hypothetical: a context past the model's, a footprint past
+    the device's memory, a tensor-parallel group past the device's scale-up domain."""
+    out = []
     if workload.max_context > model.max_context:
-        return [f"context {workload.max_context:,} tokens exceeds {model.name}'s maximum of "
-                f"{model.max_context:,}; the arithmetic still holds, the model may not."]
-    return []
+        out.append(f"context {workload.max_context:,} tokens exceeds {model.name}'s maximum of "
+                   f"{model.max_context:,}; the arithmetic still holds, the model may not.")
+    if not memory.fits:
+        out.append(f"does not fit: {memory.total_bytes / 1e9:,.1f} GB per device against "
+                   f"{memory.capacity_bytes / 1e9:,.0f} GB on {device.name}; the times are "
+                   "those of a device with room (split it over more devices or use a "
+                   "smaller format).")
+    link = device.interconnect
+    if par.tp > (link.max_devices if link else 1):
+        where = (f"the {link.max_devices} of one {link.name} domain" if link
+                 else "one device (its sheet has no scale-up link)")
+        out.append(f"TP {par.tp} spans more {device.name} devices than {where}; the "
+                   "tensor-parallel all-reduces would cross a slower network than the one "
+                   "priced.")
+    return out
 
 
 def _op_rows(prefill: _Priced, decode: _Priced) -> list[OpRow]:
