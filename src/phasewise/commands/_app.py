@@ -35,7 +35,7 @@ def split_list(value: str | None, flag: str, parse: Callable[[str], T]) -> list[
         return []
     items = [part.strip() for part in str(value).split(",") if part.strip()]
     if not items:
-        raise InputError(f"{flag} is empty; give a value or a comma list such as 1,8,64.")
+        raise InputError(f"{flag} is empty; give a value (a comma list gives several).")
     out = []
     for item in items:
         try:

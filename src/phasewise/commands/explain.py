@@ -57,6 +57,10 @@ def explain(
     from phasewise.specs import Parallelism, Precision, Workload
 
     check_format(fmt)
+    if plot:
+        from phasewise.files import check_output_stem
+
+        check_output_stem(plot, "--plot")
     keep = fraction(kv_keep, "--kv-keep")
     precision = Precision(weight_dtype, act_dtype, kv_dtype, 1.0 if keep is None else keep)
     workload = Workload(one(ints(isl, "--isl"), "--isl"), one(ints(osl, "--osl"), "--osl"),

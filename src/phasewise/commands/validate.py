@@ -50,6 +50,7 @@ def validate(
 
         raise InputError("choose one of --holdout-source, --leave-one-source-out, --refit and "
                          "--calibration.")
+    _check_outputs(write_calibration, plot)
     files = [load_measurements(p) for p in measurements] if measurements else load_bundled()
     if why:
         if write_calibration is not None or plot is not None or rows:
@@ -74,6 +75,16 @@ def validate(
         sys.stderr.write(f"wrote {png} and {html}\n")
     for line in outcome.summary_lines():
         sys.stderr.write(line + "\n")
+
+
+def _check_outputs(write_calibration: Path | None, plot: Path | None) -> None:
+    """The files validate writes, checked before the fits (which take minutes)."""
+    from phasewise.files import check_output_dir, check_output_file
+
+    if write_calibration is not None:
+        check_output_file(write_calibration, "--write-calibration")
+    if plot is not None:
+        check_output_dir(plot, "--plot")
 
 
 @contextmanager

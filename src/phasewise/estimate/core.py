@@ -14,7 +14,12 @@ from phasewise.estimate.types import (ConstantRow, Estimate, HardwareSummary, In
                                       MemoryReport, ModelSummary, OpRow, PhaseReport)
 from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_ledger,
                               kv_cache_bytes_per_device, param_counts, weight_bytes_per_device)
+from phasewise.errors import InputError
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+
+# Engine passes (micro-batches of one prompt) one estimate prices; each is priced on its
+# own, so past this the count and not the model would set the run time.
+MAX_ENGINE_PASSES = 8_192
 
 # Share of device memory an engine leaves for the runtime (CUDA context, allocator slack,
 # graphs): vLLM's default gpu_memory_utilization is 0.9. macOS lets the GPU wire about 75%
@@ -96,6 +101,22 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
     )
 
 
+def _check_passes(cost_model: CostModel, step: Step) -> None:
+    """Refuse, before splitting it, a prompt an engine would run as more micro-batches
+    than one estimate prices (each is priced on its own): ceil(tokens per sequence /
+    max(1, ubatch // sequences)) passes, as cost.calibrated.split_prefill cuts them."""
+    ubatch = getattr(getattr(cost_model, "traits", None), "prefill_ubatch_tokens", 0)
+    if not ubatch or len(step.groups) != 1:
+        return
+    group = step.groups[0]
+    passes = -(-group.new_tokens // max(1, ubatch // group.count))
+    if passes > MAX_ENGINE_PASSES:
+        raise InputError(f"a prompt of {group.new_tokens:,} tokens for {group.count:,} "
+                         f"sequences runs as {passes:,} micro-batches of {ubatch} tokens in "
+                         f"{cost_model.name}'s engine, more than the {MAX_ENGINE_PASSES:,} "
+                         "one estimate prices; shorten the prompt or the batch.")
+
+
 def _constant_rows(cost_model: CostModel) -> list[ConstantRow] | None:
     """The calibrated model's constants with the profile level each came from (None for a
     cost model without fitted constants)."""
@@ -106,6 +127,7 @@ def _price(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,
            device: HardwareSpec, cost_model: CostModel) -> _Priced:
     ledger = build_ledger(model, step, precision, par)
     floor = _SOL.step_time(ledger, device)
+    _check_passes(cost_model, step)
     passes = engine_steps(cost_model, step)  # an engine may run a long prompt in chunks
     if cost_model.name == _SOL.name:
         expected = floor
