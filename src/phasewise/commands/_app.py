@@ -8,6 +8,7 @@ from typing import Any, Callable, TypeVar
 import typer
 
 from phasewise.errors import InputError
+from phasewise.specs.workload import ABSURD_TOKENS
 
 app = typer.Typer(
     name="phasewise",
@@ -23,9 +24,9 @@ app = typer.Typer(
 FORMATS = ("table", "json", "csv", "md")
 T = TypeVar("T")
 
-# Counts a flag may take: past this no prompt, batch, pool or request count is real (the
+# Counts a flag may take: past this no prompt, batch or request count is real (the
 # longest published context windows are 10M tokens); a bigger number is a typo.
-MAX_COUNT = 100_000_000
+MAX_COUNT = ABSURD_TOKENS
 _SUFFIXES = {"k": 1e3, "m": 1e6}
 
 
