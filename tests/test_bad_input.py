@@ -222,3 +222,19 @@ def test_profile_without_torch_names_the_extra(capsys, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_torch)
     for verb in (["profile", "--micro"], ["calibrate"]):
         assert_refused(*run(verb, capsys), "phasewise[profile]")
+
+
+def test_the_python_api_exports_the_verbs_with_errors_naming_parameters():
+    import phasewise
+
+    for verb in ("estimate", "explain", "compare", "what_if", "speculative", "disaggregate",
+                 "batch_sweep", "tp_scaling", "simulate", "validate"):
+        assert callable(getattr(phasewise, verb)), verb
+    with pytest.raises(phasewise.InputError, match=r"^isl must be a positive whole number"):
+        phasewise.Workload(isl=0)
+    with pytest.raises(phasewise.InputError, match=r"^num_requests must"):
+        phasewise.simulate(num_requests=float("nan"))
+    with pytest.raises(phasewise.InputError, match=r"^kv_keep"):
+        phasewise.Precision(kv_keep=float("nan"))
+    summary = phasewise.simulate(num_requests=20, rate_per_s=2.0, seed=1)
+    assert summary.requests == 20
