@@ -138,7 +138,9 @@ def write_fixtures(folder: Path) -> None:
 
 
 def _slug(value: object) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", repr(value).lower()).strip("-")[:24] or "x"
+    """A folder name per value, its type first ("4096" and [4096] are two cases)."""
+    text = re.sub(r"[^a-z0-9]+", "-", repr(value).lower()).strip("-")[:24] or "x"
+    return f"{type(value).__name__}-{text}"
 
 
 def _config_mutations() -> list[tuple[str | None, object]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable, TypeVar
 
@@ -162,10 +163,28 @@ def echo(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
-def console() -> Any:
-    from rich.console import Console
+# Piped output has no terminal to fit: tables keep their natural width up to this.
+PIPED_WIDTH = 400
 
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+
+def console() -> Any:
+    """A rich console for stdout: the terminal's width on a terminal (a table wider than it
+    folds its cells onto more lines rather than cutting numbers off), $COLUMNS or the
+    tables' natural width when piped."""
+    from rich.console import Console
+    from rich.table import Table
+
+    class Unclipped(Console):
+        def print(self, *objects: Any, **options: Any) -> None:
+            for item in objects:
+                if isinstance(item, Table):
+                    for column in item.columns:
+                        column.overflow = "fold"
+            super().print(*objects, **options)
+
+    columns = os.environ.get("COLUMNS", "")
+    width = None if sys.stdout.isatty() else int(columns) if columns.isdigit() else PIPED_WIDTH
+    return Unclipped(soft_wrap=False, width=width)
 
 
 # Options several verbs share, declared once so their names, defaults and help agree.
