@@ -163,14 +163,14 @@ def echo(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
-# Piped output has no terminal to fit: tables keep their natural width up to this.
-PIPED_WIDTH = 400
+# Piped output with no terminal to fit (a file, CI): tables keep their natural width up to
+# this many columns, and fold their cells past it.
+PIPED_WIDTH = 200
 
 
 def console() -> Any:
-    """A rich console for stdout: the terminal's width on a terminal (a table wider than it
-    folds its cells onto more lines rather than cutting numbers off), $COLUMNS or the
-    tables' natural width when piped."""
+    """A rich console for stdout at the terminal's width, or when piped at ``_piped_width``;
+    a table wider than that folds its cells onto more lines rather than cutting numbers."""
     from rich.console import Console
     from rich.table import Table
 
@@ -182,9 +182,19 @@ def console() -> Any:
                         column.overflow = "fold"
             super().print(*objects, **options)
 
+    return Unclipped(soft_wrap=False, width=None if sys.stdout.isatty() else _piped_width())
+
+
+def _piped_width() -> int:
+    """$COLUMNS, else the terminal stderr still shows (`phasewise ... | less`), else
+    PIPED_WIDTH."""
     columns = os.environ.get("COLUMNS", "")
-    width = None if sys.stdout.isatty() else int(columns) if columns.isdigit() else PIPED_WIDTH
-    return Unclipped(soft_wrap=False, width=width)
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError):
+        return PIPED_WIDTH
 
 
 # Options several verbs share, declared once so their names, defaults and help agree.
