@@ -193,5 +193,5 @@ def render_whatifs(flags: WhatIfFlags, results: list, model: str, hardware: str,
         render = rows_to_csv if fmt == "csv" else rows_to_markdown
         for _, _, rows, _ in extras:
             echo(render(rows))
-    else:
-        console().print(estimate_table(base), cost_energy_table(base), *(v for *_, v in extras))
+    else:  # the answer asked for first; the plain estimate it departs from after it
+        console().print(*(v for *_, v in extras), estimate_table(base), cost_energy_table(base))

@@ -70,8 +70,9 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
     counts = param_counts(spec, kv_bytes=precision.kv_bytes)
     e2el = pre.time_s + (osl - 1) * dec.time_s
     tokens_per_s = b * osl / e2el
-    price = device.price_usd_per_hour
     memory = memory_report(spec, device, workload, precision, parallelism)
+    charges = cost_energy(device, parallelism.devices, prefill_s=pre.time_s,
+                          input_tokens=b * isl, decode_step_s=dec.time_s, tokens_per_decode_step=b)
     return Estimate(
         tool_version=__version__,
         inputs=Inputs(model=spec.name, hardware=device.name, isl=isl, osl=osl, batch_size=b,
@@ -89,12 +90,11 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
         prefill_tokens_per_s=pre.tokens_per_s, decode_tokens_per_s=dec.tokens_per_s,
         tokens_per_s_per_user=1.0 / dec.time_s,
         tokens_per_s_per_gpu=tokens_per_s / parallelism.devices,
-        usd_per_million_output_tokens=(price * parallelism.devices / 3600 / tokens_per_s * 1e6
-                                       if price else None),
+        # One definition of $ per million output tokens everywhere: the decode steps'
+        # device time per generated token (prompt tokens pay for the prefill).
+        usd_per_million_output_tokens=charges.usd_per_million_output_tokens,
         memory=memory,
-        cost_energy=cost_energy(device, parallelism.devices, prefill_s=pre.time_s,
-                                input_tokens=b * isl, decode_step_s=dec.time_s,
-                                tokens_per_decode_step=b),
+        cost_energy=charges,
         warnings=_warnings(spec, workload, memory, device, parallelism),
         ops=_op_rows(prefill, decodes[1]) if detail else None,
         constants=_constant_rows(cost_model) if detail else None,
