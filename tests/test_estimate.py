@@ -92,7 +92,9 @@ def test_throughput_identities():
     assert est.tokens_per_s_per_user == pytest.approx(1 / est.tpot_s)
 
 
-def test_detail_lists_each_calibrated_constant_with_the_level_it_came_from(phasewise_cli):
+def test_detail_lists_each_calibrated_constant_with_the_level_it_came_from(phasewise_cli,
+                                                                           monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # wide enough that no level name folds
     from phasewise.cost.calibrated import Calibrated
     from phasewise.cost.calibration import parameter_defs
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from phasewise.catalog._names import normalise
+from phasewise.catalog.schema import check_hardware_sheet, check_link_sheet
 from phasewise.errors import InputError, nearest_hint
 from phasewise.files import read_toml
 from phasewise.local import LOCAL_DEVICE_NAME, local_hardware_path
@@ -157,7 +158,8 @@ def load_hardware(ref: str) -> HardwareSpec:
 @lru_cache(maxsize=256)
 def _load_sheet(path: Path) -> HardwareSpec:
     origin = path.stem if path.parent == HARDWARE_DIR else str(path)
-    return hardware_from_sheet(read_toml(path), origin)
+    sheet = check_hardware_sheet(read_toml(path, what="hardware sheet"), origin)
+    return hardware_from_sheet(sheet, origin)
 
 
 def _link_path(ref: str) -> Path:
@@ -176,7 +178,7 @@ def load_link_sheet(ref: str) -> Link:
     """A link sheet as written: its kind (nvlink, ici, infiniband, ...), how many devices its
     domain joins (max_devices) and its topology."""
     path = _link_path(ref)
-    sheet = read_toml(path)
+    sheet = check_link_sheet(read_toml(path, what="link sheet"), str(path))
     link = _link({k: v for k, v in sheet.items() if k != "link"}, "link", str(path))
     assert link is not None
     return Link(str(sheet.get("display_name", sheet.get("name", path.stem))),

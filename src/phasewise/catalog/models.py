@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tomllib
 from functools import lru_cache
@@ -13,12 +12,15 @@ from phasewise.catalog._names import normalise
 from phasewise.catalog.gguf_meta import config_from_gguf
 from phasewise.catalog.hf_config import model_from_config
 from phasewise.errors import InputError, nearest_hint
+from phasewise.files import read_json
 from phasewise.specs import ModelSpec
 
 MODELS_DIR = Path(__file__).parent / "models"
 # A checkpoint's hf_quant_config.json (TensorRT Model Optimizer) lies beside its config as
 # <name>.hf_quant_config.json: data for that model, not a model of its own.
 QUANT_CONFIG_SUFFIX = ".hf_quant_config.json"
+# Longer than any catalog name, repo id or path a user types.
+MAX_NAME_CHARS = 1024
 
 
 @lru_cache(maxsize=1)
@@ -78,25 +80,38 @@ def find_in_hf_cache(repo_id: str) -> Path | None:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}); "
-                         "fix the file or pass another config.json.") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read it ({err.strerror}).") from None
+    """A config.json as a dict: bounded and UTF-8 (files.read_json). NaN and Infinity are
+    read, as published configs hold them in keys the arithmetic does not use; the config
+    reader checks every number it does use."""
+    config = read_json(path, what="config.json", allow_non_finite=True)
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: a config.json is one JSON object ({{...}}), this holds a "
+                         f"{type(config).__name__}; pass the model's config.json.")
+    return config
+
+
+def _folder_title(config_path: Path) -> str:
+    """A model folder's name; inside the HF cache (models--org--name/snapshots/<hash>) the
+    repo id, not the snapshot hash."""
+    folder = config_path.resolve().parent
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name.removeprefix("models--").replace("--", "/")
+    return folder.name
 
 
 def resolve_model_path(ref: str) -> tuple[Path, str]:
     """(config.json path, display name) for a catalog name, alias, path or cached repo id."""
+    if len(ref) > MAX_NAME_CHARS:
+        raise InputError(f"model name of {len(ref):,} characters: no model or path is that "
+                         "long; see `phasewise catalog models`.")
     path = Path(ref).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise InputError(f"{ref}: folder holds no config.json; pass the config file or "
                              "a folder with one.")
-        return path / "config.json", path.resolve().name
-    if path.is_file():
-        return path, path.stem if path.name != "config.json" else path.resolve().parent.name
+        return path / "config.json", _folder_title(path / "config.json")
+    if path.is_file() or path.exists():
+        return path, path.stem if path.name != "config.json" else _folder_title(path)
     name = _lookup().get(normalise(ref))
     if name is not None:
         return MODELS_DIR / f"{name}.json", name
@@ -104,9 +119,15 @@ def resolve_model_path(ref: str) -> tuple[Path, str]:
         cached = find_in_hf_cache(ref)
         if cached is not None:
             return cached, ref
+        # A repo id names its organisation first; the catalog knows the model by its name.
+        name = _lookup().get(normalise(ref.rsplit("/", 1)[-1]))
+        if name is not None:
+            return MODELS_DIR / f"{name}.json", name
+        looked = ", ".join(str(d) for d in hf_cache_dirs())
         raise InputError(f"model '{ref}' is not in the catalog nor in the local Hugging Face "
-                         f"cache ({hf_cache_dirs()[-1]}); phasewise never downloads: fetch "
-                         "its config.json yourself and pass the path.")
+                         f"cache (looked in {looked}; set HF_HUB_CACHE or HF_HOME to "
+                         "another); phasewise never downloads: fetch its config.json "
+                         "yourself and pass the path.")
     raise InputError(f"unknown model '{ref}'.{nearest_hint(ref, model_names())} "
                      "See `phasewise catalog models`, or pass a path to a config.json.")
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from phasewise.commands._app import split_list
+from phasewise.commands._app import given, number, refuse_unused, split_list, whole
 from phasewise.errors import InputError
+
+# US$ per device-hour: free (0) up to far past any rented accelerator.
+PRICE_RANGE = {"minimum": 0.0, "maximum": 1e5}
 
 
 def one(values: list, flag: str):  # noqa: ANN001, ANN201 - any parsed value
@@ -14,13 +17,9 @@ def one(values: list, flag: str):  # noqa: ANN001, ANN201 - any parsed value
     return values[0]
 
 
-def fraction(text: str | None, flag: str) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise InputError(f"{flag} {text}: give a number such as 0.5.") from None
+def fraction(text: str | None, flag: str, **bounds: float) -> float | None:
+    """A finite number within ``bounds`` (_app.number's), by default a share in (0, 1]."""
+    return number(text, flag, **(bounds or {"above": 0.0, "maximum": 1.0}))
 
 
 def request_mix(text: str | None) -> list[tuple[int, int, float]] | None:
@@ -30,12 +29,11 @@ def request_mix(text: str | None) -> list[tuple[int, int, float]] | None:
     classes = []
     for item in split_list(text, "--mix", str):
         parts = item.split(":")
-        try:
-            isl, osl, share = int(parts[0]), int(parts[1]), float(parts[2])
-        except (ValueError, IndexError):
+        if len(parts) != 3:
             raise InputError(f"--mix '{item}': write ISL:OSL:SHARE per class, e.g. "
-                             "4096:256:0.7,512:1024:0.3.") from None
-        classes.append((isl, osl, share))
+                             "4096:256:0.7,512:1024:0.3.")
+        classes.append((whole(parts[0], "--mix ISL"), whole(parts[1], "--mix OSL"),
+                        number(parts[2], "--mix SHARE", above=0.0, maximum=1.0)))
     return classes
 
 
@@ -45,15 +43,14 @@ def prices(text: str | None) -> tuple[float | None, dict[str, float]]:
     if text is None:
         return None, {}
     if "=" not in text:
-        value = fraction(text, "--price")
+        value = fraction(text, "--price", **PRICE_RANGE)
         return value, {}
     per_device: dict[str, float] = {}
     for item in split_list(text, "--price", str):
         name, _, value = item.partition("=")
-        number = fraction(value, f"--price {name}")
-        if not name or number is None:
+        if not name.strip() or not value.strip():
             raise InputError(f"--price '{item}': write DEVICE=USD_PER_HOUR, e.g. h100-sxm=2.49.")
-        per_device[name.strip()] = number
+        per_device[name.strip()] = fraction(value, f"--price {name}", **PRICE_RANGE)
     return None, per_device
 
 
@@ -65,6 +62,12 @@ def resolve_prices(text: str | None, names: list[str]) -> dict[str, float]:
     if everywhere is not None:
         return {load_hardware(n).name: everywhere for n in names}
     return {load_hardware(n).name: p for n, p in per_device.items()}
+
+
+# Draft tokens per speculation round: engines propose a handful (EAGLE trees up to ~60).
+MAX_SPEC_TOKENS = 64
+# Devices in a disaggregated pool: beyond any cluster, and the pool sizes are arithmetic.
+MAX_POOL_DEVICES = 1_000_000
 
 
 class WhatIfFlags:
@@ -79,14 +82,34 @@ class WhatIfFlags:
                  link_latency: str | None = None, mix: str | None = None) -> None:
         self.variants = list(what_if or [])
         self.draft, self.draft_head = draft, fraction(draft_head, "--draft-head")
-        self.spec_tokens, self.spec_accept = spec_tokens, fraction(spec_accept, "--spec-accept")
+        self.spec_tokens = whole(spec_tokens, "--spec-tokens", maximum=MAX_SPEC_TOKENS)
+        self.spec_accept = fraction(spec_accept, "--spec-accept", minimum=0.0, below=1.0)
         self.prefill_hardware, self.decode_hardware = prefill_hardware, decode_hardware
         self.prefill_pool, self.decode_pool = prefill_pool, decode_pool
         self.prefill_tp, self.decode_tp = prefill_tp, decode_tp
         self.link = link
-        self.link_bandwidth = fraction(link_bandwidth, "--link-bandwidth")
-        self.link_latency = fraction(link_latency, "--link-latency")
+        self.link_bandwidth = fraction(link_bandwidth, "--link-bandwidth", above=0.0,
+                                       maximum=1e6)
+        self.link_latency = fraction(link_latency, "--link-latency", minimum=0.0, maximum=1e7)
         self.mix = request_mix(mix)
+        for count, flag in ((prefill_pool, "--prefill-pool"), (decode_pool, "--decode-pool"),
+                            (prefill_tp, "--prefill-tp"), (decode_tp, "--decode-tp")):
+            whole(count, flag, maximum=MAX_POOL_DEVICES)
+        self._refuse_unused()
+
+    def _refuse_unused(self) -> None:
+        if not self.speculative:
+            refuse_unused(given("spec_tokens", "spec_accept"), "--draft or --draft-head")
+        if not self.disaggregated:
+            refuse_unused(given("prefill_pool", "decode_pool", "prefill_tp", "decode_tp",
+                                "link", "link_bandwidth", "link_latency", "mix"),
+                          "--prefill-hardware or --decode-hardware (disaggregated pools)")
+        if self.link_latency is not None and self.link_bandwidth is None:
+            raise InputError("--link-latency sets the latency of a --link-bandwidth link (a "
+                             "catalog --link has its own); give --link-bandwidth too.")
+        if self.link is not None and self.link_bandwidth is not None:
+            raise InputError("--link and --link-bandwidth each set the KV-transfer link; give "
+                             "one of them.")
 
     @property
     def speculative(self) -> bool:
@@ -170,5 +193,5 @@ def render_whatifs(flags: WhatIfFlags, results: list, model: str, hardware: str,
         render = rows_to_csv if fmt == "csv" else rows_to_markdown
         for _, _, rows, _ in extras:
             echo(render(rows))
-    else:
-        console().print(estimate_table(base), cost_energy_table(base), *(v for *_, v in extras))
+    else:  # the answer asked for first; the plain estimate it departs from after it
+        console().print(*(v for *_, v in extras), estimate_table(base), cost_energy_table(base))

@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 import typer
 
-from phasewise.commands._app import app, console, echo, ints, split_list
+from phasewise.commands._app import app, console, echo, ints, split_list, whole
+from phasewise.commands.profile import MAX_REPEATS, MAX_TOKENS, require_torch
 from phasewise.errors import InputError
 
 # What `calibrate` profiles when not told, per kind of device. On a CPU a small model's
@@ -57,13 +58,24 @@ def calibrate(
     from phasewise.local import local_dir
     from phasewise.measure.calibrate import calibration_toml, fit_calibration, hardware_sheet_toml
     from phasewise.report.output import to_json
-    from phasewise.files import write_atomic
+    from phasewise.files import check_output_dir, write_all
 
     if fmt not in ("table", "json"):
         raise InputError(f"--format {fmt}: choose table or json.")
-    if profiles:
+    whole(repeats, "--repeats", maximum=MAX_REPEATS)
+    folder = Path(out_dir).expanduser() if out_dir else local_dir()
+    if not out_dir:
+        try:  # this machine's own folder is made on first use
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # check_output_dir names the problem
+    check_output_dir(folder, "--out-dir")
+    if profiles is not None:
         documents = [_read_profile(path) for path in split_list(profiles, "--from", str)]
     else:
+        _plan(prompt_lengths or CPU_DEFAULTS["prompt_lengths"],
+              batch_size or CPU_DEFAULTS["batch_size"], context, repeats)
+        require_torch("calibrate")
         from phasewise.measure.micro import resolve_device
 
         where = resolve_device(device)
@@ -80,9 +92,9 @@ def calibrate(
             models = [CPU_DEFAULTS["model"]]
         documents = _profile_now(models, where, dtype, plan)
     result, hardware = fit_calibration(documents)
-    folder = Path(out_dir).expanduser() if out_dir else local_dir()
-    calibration_path = write_atomic(folder / "calibration.toml", calibration_toml(result, hardware))
-    sheet_path = write_atomic(folder / "hardware.toml", hardware_sheet_toml(documents[0].ceilings))
+    calibration_path, sheet_path = write_all({
+        folder / "calibration.toml": calibration_toml(result, hardware),
+        folder / "hardware.toml": hardware_sheet_toml(documents[0].ceilings)})
     usage = ("phasewise estimate --hardware local" if folder == local_dir() else
              f"phasewise estimate --hardware {sheet_path} --calibration {calibration_path}")
     if fmt == "json":
@@ -98,9 +110,9 @@ def calibrate(
 def _plan(prompt_lengths: str, batch_size: str, context: str, repeats: int) -> Any:
     from phasewise.measure.profile import ProfilePlan
 
-    return ProfilePlan(tuple(ints(prompt_lengths, "--prompt-lengths")),
-                       tuple(ints(batch_size, "--batch-size")), tuple(ints(context, "--context")),
-                       repeats=repeats)
+    return ProfilePlan(tuple(ints(prompt_lengths, "--prompt-lengths", maximum=MAX_TOKENS)),
+                       tuple(ints(batch_size, "--batch-size", maximum=MAX_TOKENS)),
+                       tuple(ints(context, "--context", maximum=MAX_TOKENS)), repeats=repeats)
 
 
 def largest_that_fits(models: tuple[str, ...], plan: Any, dtype: str, where: str) -> str:
@@ -119,18 +131,25 @@ def largest_that_fits(models: tuple[str, ...], plan: Any, dtype: str, where: str
 
 
 def _read_profile(path: str) -> Any:
-    import json
-
     from pydantic import ValidationError
 
-    from phasewise.measure.types import Profile
+    from phasewise.files import read_json
+    from phasewise.measure.types import SCHEMA_VERSION, Profile
 
+    document = read_json(path, what="profile document")
+    if not isinstance(document, dict) or "ceilings" not in document:
+        raise InputError(f"--from {path}: not a `phasewise profile --out` document.")
+    if document.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise InputError(f"--from {path}: profile schema_version "
+                         f"{document.get('schema_version')!r}, this phasewise reads "
+                         f"{SCHEMA_VERSION}; profile again with this version.")
     try:
-        return Profile.model_validate(json.loads(Path(path).read_text()))
-    except (OSError, json.JSONDecodeError) as err:
-        raise InputError(f"--from {path}: cannot read it as JSON ({err}).") from None
-    except ValidationError:
-        raise InputError(f"--from {path}: not a `phasewise profile --out` document.") from None
+        return Profile.model_validate(document)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise InputError(f"--from {path}: not a `phasewise profile --out` document ({where}: "
+                         f"{first['msg']}).") from None
 
 
 def _profile_now(models: list[str], where: str, dtype: str, plan: Any) -> list[Any]:

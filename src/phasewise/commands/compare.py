@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from phasewise.commands._app import (act_dtype_option, app, batch_size_option, calibration_option,
+from phasewise.commands._app import (MAX_DEVICES, act_dtype_option, app, batch_size_option,
+                                     calibration_option,
                                      check_format, console, echo, engine_option, ep_option, ints,
                                      isl_option, kv_dtype_option, kv_keep_option, osl_option,
                                      pp_option, split_list, weight_dtype_option)
@@ -65,7 +66,7 @@ def compare(
     workload = Workload(one(ints(isl, "--isl"), "--isl"), one(ints(osl, "--osl"), "--osl"),
                         one(ints(batch_size, "--batch-size"), "--batch-size"))
     devices = split_list(hardware, "--hardware", str) if hardware else hardware_names()
-    degrees = ints(tp, "--tp")
+    degrees = ints(tp, "--tp", maximum=MAX_DEVICES)
     overrides = resolve_prices(price, devices)
     cost_choice = CostChoice(cost or DEFAULT_COST_MODEL, engine, calibration)
     if hardware and len(devices) == 1 and len(degrees) > 1:

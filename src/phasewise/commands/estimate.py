@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from phasewise.commands._app import (act_dtype_option, app, batch_size_option, calibration_option,
+from phasewise.commands._app import (MAX_DEVICES, act_dtype_option, app, batch_size_option,
+                                     calibration_option,
                                      check_format, console, echo, engine_option, ep_option, ints,
                                      isl_option, kv_dtype_option, kv_keep_option, osl_option,
                                      pp_option, split_list, weight_dtype_option)
@@ -99,7 +100,8 @@ def estimate(
                           link_bandwidth=link_bandwidth, link_latency=link_latency, mix=mix)
     grid = itertools.product(split_list(model, "--model", str),
                              split_list(hardware, "--hardware", str), ints(isl, "--isl"),
-                             ints(osl, "--osl"), ints(batch_size, "--batch-size"), ints(tp, "--tp"))
+                             ints(osl, "--osl"), ints(batch_size, "--batch-size"),
+                             ints(tp, "--tp", maximum=MAX_DEVICES))
     results = [
         run_estimate(m, priced_device(h, price), Workload(i, o, b), precision,
                      Parallelism(t, pp, ep), cost=cost or DEFAULT_COST_MODEL, detail=detail,

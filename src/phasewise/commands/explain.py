@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from phasewise.commands._app import (act_dtype_option, app, batch_size_option, calibration_option,
+from phasewise.commands._app import (MAX_DEVICES, act_dtype_option, app, batch_size_option,
+                                     calibration_option,
                                      check_format, console, echo, engine_option, ep_option, ints,
                                      isl_option, kv_dtype_option, kv_keep_option, osl_option,
                                      pp_option, weight_dtype_option)
@@ -56,11 +57,15 @@ def explain(
     from phasewise.specs import Parallelism, Precision, Workload
 
     check_format(fmt)
+    if plot:
+        from phasewise.files import check_output_stem
+
+        check_output_stem(plot, "--plot")
     keep = fraction(kv_keep, "--kv-keep")
     precision = Precision(weight_dtype, act_dtype, kv_dtype, 1.0 if keep is None else keep)
     workload = Workload(one(ints(isl, "--isl"), "--isl"), one(ints(osl, "--osl"), "--osl"),
                         one(ints(batch_size, "--batch-size"), "--batch-size"))
-    par = Parallelism(one(ints(tp, "--tp"), "--tp"), pp, ep)
+    par = Parallelism(one(ints(tp, "--tp", maximum=MAX_DEVICES), "--tp"), pp, ep)
     cost_choice = CostChoice(cost or DEFAULT_COST_MODEL, engine, calibration)
     result = run_explain(model, hardware, workload, precision, par, cost=cost_choice)
     sweep = None

@@ -3,12 +3,13 @@ of a reference transformer, each beside its ledger and the predicted time."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Optional
 
 import typer
 
-from phasewise.commands._app import app, console, echo, ints
+from phasewise.commands._app import app, calibration_file, console, echo, ints, whole
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -42,7 +43,8 @@ def profile(
                                           "(default: torch's, which follows OMP_NUM_THREADS)."),
     ceilings_file: Optional[str] = typer.Option(None, "--ceilings", help="Reuse the ceilings of "
                                                 "an earlier run (its JSON) instead of measuring."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", help="A calibration "
+    calibration: Optional[str] = typer.Option(None, "--calibration", callback=calibration_file,
+                                              help="A calibration "
                                               "profile (TOML): show the calibrated model's "
                                               "expected time too."),
     gemm_size: Optional[int] = typer.Option(None, "--gemm-size", help="Side of the square GEMMs "
@@ -59,10 +61,14 @@ def profile(
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
 ) -> None:
     """Measure the local device, then prefill and decode of a model, beside the ledger."""
-    from phasewise.measure.micro import resolve_device
-
     if fmt not in PROFILE_FORMATS:
         raise InputError(f"--format {fmt}: choose one of {', '.join(PROFILE_FORMATS)}.")
+    _check_flags(repeats=repeats, warmup=warmup, threads=threads, gemm_size=gemm_size,
+                 buffer_mib=buffer_mib, seed=seed, dtype=dtype, out=out, plot=plot)
+    plan = None if micro else _plan(prompt_lengths, batch_size, context, warmup, repeats)
+    require_torch("profile")
+    from phasewise.measure.micro import resolve_device
+
     _set_threads(threads)
     where = resolve_device(device)
     dtype = dtype or ("bf16" if where.startswith("cuda") else "fp32")
@@ -72,8 +78,48 @@ def profile(
         _micro(where, measure, out, fmt)
         return
     _profile_model(where, dtype, model, weights, ceilings_file, calibration, measure, out,
-                   plot, fmt, cuda_graphs, seed, _plan(prompt_lengths, batch_size, context,
-                                                       warmup, repeats))
+                   plot, fmt, cuda_graphs, seed, plan)
+
+
+# Ranges of the measurement flags: beyond them a run measures nothing more (a median of
+# 1,000 repeats is as steady as it gets) or could not allocate its buffers.
+MAX_REPEATS = 1_000
+MAX_GEMM_SIZE = 65_536
+DTYPES = ("fp32", "bf16", "fp16")
+# Tokens per profiled step: past a million a reference step would not fit any device.
+MAX_TOKENS = 1_000_000
+
+
+def require_torch(verb: str) -> None:
+    """An InputError naming the extra to install when PyTorch is missing (or broken)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError(f"`phasewise {verb}` runs models with PyTorch, which is not "
+                         "installed: pip install 'phasewise[profile]'.") from None
+
+
+def _check_flags(*, repeats: int, warmup: int, threads: int | None, gemm_size: int | None,
+                 buffer_mib: int | None, seed: int, dtype: str | None, out: str | None,
+                 plot: str | None) -> None:
+    """The measurement flags in range and the output paths writable, before torch is
+    imported or anything measured."""
+    from phasewise.files import check_output_file, check_output_stem
+
+    whole(repeats, "--repeats", maximum=MAX_REPEATS)
+    whole(warmup, "--warmup", minimum=0, maximum=MAX_REPEATS)
+    whole(threads, "--threads", maximum=os.cpu_count() or 1)
+    whole(gemm_size, "--gemm-size", maximum=MAX_GEMM_SIZE)
+    whole(seed, "--seed", minimum=0, maximum=2**63 - 1)
+    if buffer_mib is not None:
+        memory_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+        whole(buffer_mib, "--buffer-mib", maximum=max(1, memory_mib // 4))
+    if dtype is not None and dtype not in DTYPES:
+        raise InputError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}.")
+    if out:
+        check_output_file(out, "--out")
+    if plot:
+        check_output_stem(plot, "--plot")
 
 
 def _set_threads(threads: int | None) -> None:
@@ -89,8 +135,9 @@ def _set_threads(threads: int | None) -> None:
 def _plan(prompt_lengths: str, batch_size: str, context: str, warmup: int, repeats: int) -> Any:
     from phasewise.measure.profile import ProfilePlan
 
-    return ProfilePlan(tuple(ints(prompt_lengths, "--prompt-lengths")),
-                       tuple(ints(batch_size, "--batch-size")), tuple(ints(context, "--context")),
+    return ProfilePlan(tuple(ints(prompt_lengths, "--prompt-lengths", maximum=MAX_TOKENS)),
+                       tuple(ints(batch_size, "--batch-size", maximum=MAX_TOKENS)),
+                       tuple(ints(context, "--context", maximum=MAX_TOKENS)),
                        warmup=warmup, repeats=repeats)
 
 
@@ -191,17 +238,13 @@ def _render(document: Any, fmt: str, plot: str | None) -> None:
 
 
 def _read_ceilings(path: str) -> Any:
-    import json
-    from pathlib import Path
-
     from pydantic import ValidationError
+
+    from phasewise.files import read_json
 
     from phasewise.measure.types import Ceilings
 
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise InputError(f"--ceilings {path}: cannot read it as JSON ({err}).") from None
+    data = read_json(path, what="ceilings document")
     try:
         return Ceilings.model_validate(data.get("ceilings", data))
     except (ValidationError, AttributeError):

@@ -9,13 +9,48 @@ from typing import Any, Optional
 
 import typer
 
-from phasewise.commands._app import (act_dtype_option, app, calibration_option, check_format,
-                                     console, echo, engine_option, ints, kv_dtype_option,
-                                     split_list, weight_dtype_option)
+from phasewise.commands._app import (MAX_COUNT, MAX_DEVICES, act_dtype_option, app,
+                                     calibration_option, check_format, checked, console, echo,
+                                     engine_option, given, ints, kv_dtype_option, numbers,
+                                     refuse_unused, split_list, weight_dtype_option)
+from phasewise.commands._whatif import MAX_SPEC_TOKENS
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
+# Flag ranges past which no server is described: replicas behind one balancer, a KV page,
+# the gap variability of an arrival process, the simulator state a run may hold.
+MAX_REPLICAS = 10_000
+MAX_BLOCK_TOKENS = 1_000_000
+MAX_CV = 100.0
+MAX_MEMORY_BUDGET_GIB = 1024.0
+# A duration flag (SLOs, think time) past a day is a unit error.
+MAX_DURATION_S = 86_400.0
+# Each numeric flag's range, checked before anything runs (click's int and float types
+# let NaN, infinity and 1e300 through).
+FLAG_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
+    "tp": ("--tp", dict(kind=int, maximum=MAX_DEVICES)),
+    "pp": ("--pp", dict(kind=int, maximum=MAX_DEVICES)),
+    "ep": ("--ep", dict(kind=int, maximum=MAX_DEVICES)),
+    "replicas": ("--replicas", dict(kind=int, maximum=MAX_REPLICAS)),
+    "max_num_seqs": ("--max-num-seqs", dict(kind=int, maximum=MAX_COUNT)),
+    "max_num_batched_tokens": ("--max-num-batched-tokens", dict(kind=int, maximum=MAX_COUNT)),
+    "block_size": ("--block-size", dict(kind=int, maximum=MAX_BLOCK_TOKENS)),
+    "prefill_replicas": ("--prefill-replicas", dict(kind=int, maximum=MAX_REPLICAS)),
+    "decode_replicas": ("--decode-replicas", dict(kind=int, maximum=MAX_REPLICAS)),
+    "prefill_tp": ("--prefill-tp", dict(kind=int, maximum=MAX_DEVICES)),
+    "decode_tp": ("--decode-tp", dict(kind=int, maximum=MAX_DEVICES)),
+    "draft_head": ("--draft-head", dict(above=0.0, maximum=1.0)),
+    "spec_tokens": ("--spec-tokens", dict(kind=int, maximum=MAX_SPEC_TOKENS)),
+    "spec_accept": ("--spec-accept", dict(minimum=0.0, below=1.0)),
+    "num_requests": ("--num-requests", dict(kind=int, maximum=MAX_COUNT)),
+    "cv": ("--cv", dict(above=0.0, maximum=MAX_CV)),
+    "prefix_hit_rate": ("--prefix-hit-rate", dict(minimum=0.0, below=1.0)),
+    "seed": ("--seed", dict(kind=int, minimum=0, maximum=2**63 - 1)),
+    "slo_percentile": ("--slo-percentile", dict(above=0.0, maximum=100.0)),
+    "bucket_tokens": ("--bucket-tokens", dict(kind=int, maximum=MAX_BLOCK_TOKENS)),
+    "memory_budget": ("--memory-budget", dict(above=0.0, maximum=MAX_MEMORY_BUDGET_GIB)),
+}
 # Runs this long (in requests) show a progress bar on a terminal.
 PROGRESS_MIN_REQUESTS = 2000
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(us|µs|ms|s)?\s*$", re.IGNORECASE)
@@ -150,6 +185,7 @@ def simulate(
     from phasewise.serving.speculative import Speculation
     from phasewise.specs import Precision
 
+    _check_flags(locals())
     check_format(fmt)
     quantiles = _percentiles(percentiles)
     speculation = None
@@ -203,6 +239,44 @@ def simulate(
 # ---------------------------------------------------------------- parsing
 
 
+def _check_flags(flags: dict[str, Any]) -> None:
+    """Every numeric flag in range, no flag that would do nothing, the output paths
+    writable and the run's simulator state within its budget: all before any work."""
+    from phasewise.files import check_output_dir, check_output_file
+    from phasewise.serving import parse_lengths
+    from phasewise.serving.schedulers import scheduler as scheduler_named
+    from phasewise.serving.simulator import HELD_BYTES_PER_OUTPUT_TOKEN, HELD_BYTES_PER_REQUEST
+
+    for name, (flag, bounds) in FLAG_RANGES.items():
+        checked(flag, **bounds)(flags[name])
+    names = [n.strip() for n in (flags["scheduler"] or "").split(",") if n.strip()]
+    if not any(scheduler_named(n).disaggregated for n in names):
+        refuse_unused(given("prefill_replicas", "decode_replicas", "decode_hardware",
+                            "prefill_tp", "decode_tp", "kv_link"), "--scheduler disaggregated")
+    if flags["draft"] is None and flags["draft_head"] is None:
+        refuse_unused(given("spec_tokens", "spec_accept"), "--draft or --draft-head")
+    if flags["arrival"] != "gamma":
+        refuse_unused(given("cv"), "--arrival gamma")
+    if flags["clients"] is None:
+        refuse_unused(given("think_time"), "--clients (a closed loop)")
+    for flag, path in (("--requests-out", flags["requests_out"]),
+                       ("--trace-out", flags["trace_out"])):
+        if path:
+            check_output_file(path, flag)
+    if flags["plot"]:
+        check_output_dir(flags["plot"], "--plot")
+    if flags["trace"] is None:
+        n = flags["num_requests"]
+        mean_osl = parse_lengths(flags["osl"], "--osl").mean
+        parse_lengths(flags["isl"], "--isl")
+        held = n * (HELD_BYTES_PER_REQUEST + mean_osl * HELD_BYTES_PER_OUTPUT_TOKEN)
+        if held > flags["memory_budget"] * 2**30:
+            raise InputError(f"--num-requests {n:,} of about {mean_osl:,.0f} output tokens "
+                             f"would hold about {held / 2**30:,.1f} GiB of simulator state, "
+                             f"over the {flags['memory_budget']:g} GiB budget; lower "
+                             "--num-requests or raise --memory-budget.")
+
+
 def _duration_s(text: str | None, flag: str) -> float | None:
     if text is None:
         return None
@@ -210,7 +284,10 @@ def _duration_s(text: str | None, flag: str) -> float | None:
     if not match:
         raise InputError(f"{flag} {text}: give a duration such as 200ms, 1.5s or 500 "
                          "(milliseconds).")
-    return float(match.group(1)) * _UNIT_S[match.group(2).lower() if match.group(2) else None]
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2).lower() if match.group(2) else None]
+    if not seconds <= MAX_DURATION_S:
+        raise InputError(f"{flag} {text}: give a duration of at most a day, such as 200ms.")
+    return seconds
 
 
 def _percentiles(text: str) -> tuple[float, ...]:
@@ -297,7 +374,7 @@ def _loads(rate_text: str | None, clients_text: str | None, trace: str | None,
     if clients_text is not None:
         return [{"clients": c, "think_s": think_s or 0.0, "ramp_s": ramp_s}
                 for c in _positive(ints(clients_text, "--clients"), "--clients")]
-    rates = split_list(rate_text or "4", "--rate", float)
+    rates = numbers(rate_text or "4", "--rate", above=0.0, maximum=1e9, example="4")
     return [{"rate": r} for r in _positive(rates, "--rate")]
 
 

@@ -9,7 +9,7 @@ from typing import Callable, Iterator, Optional
 
 import typer
 
-from phasewise.commands._app import app, check_format, console, echo
+from phasewise.commands._app import app, calibration_file, check_format, console, echo
 
 
 @app.command()
@@ -25,7 +25,8 @@ def validate(
     refit: bool = typer.Option(False, "--refit",
                                help="Score a fit to these same rows (in-sample)."),
     calibration: Optional[str] = typer.Option(
-        None, "--calibration", help="Score this calibration profile instead of the bundled one."),
+        None, "--calibration", callback=calibration_file,
+        help="Score this calibration profile instead of the bundled one."),
     write_calibration: Optional[Path] = typer.Option(
         None, "--write-calibration", help="Fit every row and write the profile (TOML) here."),
     rows: bool = typer.Option(False, "--rows", help="Print every row, not the summary."),
@@ -59,6 +60,7 @@ def validate(
 
         raise InputError("choose one of --holdout-source, --leave-one-source-out, --refit and "
                          "--calibration.")
+    _check_outputs(write_calibration, plot)
     files = [load_measurements(p) for p in measurements] if measurements else load_bundled()
     if why:
         if write_calibration is not None or plot is not None or rows:
@@ -138,6 +140,16 @@ def _serving(path: Path | None, fmt: str, rows: bool) -> None:
     reasons = Counter(p.reason.split(":")[0] for p in skipped)
     for reason, count in reasons.most_common():
         sys.stderr.write(f"skipped {count} rows: {reason}\n")
+
+
+def _check_outputs(write_calibration: Path | None, plot: Path | None) -> None:
+    """The files validate writes, checked before the fits (which take minutes)."""
+    from phasewise.files import check_output_dir, check_output_file
+
+    if write_calibration is not None:
+        check_output_file(write_calibration, "--write-calibration")
+    if plot is not None:
+        check_output_dir(plot, "--plot")
 
 
 @contextmanager

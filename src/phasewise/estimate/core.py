@@ -14,9 +14,14 @@ from phasewise.estimate.types import (ConstantRow, Estimate, HardwareSummary, In
                                       MemoryReport, ModelSummary, OpRow, PhaseReport)
 from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_ledger,
                               kv_cache_bytes_per_device, param_counts, weight_bytes_per_device)
+from phasewise.errors import InputError
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
 from phasewise.specs.precision import MODULE_CLASSES
 from phasewise.specs.compute import precision_on
+
+# Engine passes (micro-batches of one prompt) one estimate prices; each is priced on its
+# own, so past this the count and not the model would set the run time.
+MAX_ENGINE_PASSES = 8_192
 
 # Share of device memory an engine leaves for the runtime (CUDA context, allocator slack,
 # graphs): vLLM's default gpu_memory_utilization is 0.9. macOS lets the GPU wire about 75%
@@ -70,7 +75,9 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
     counts = param_counts(spec, kv_bytes=precision.kv_bytes)
     e2el = pre.time_s + (osl - 1) * dec.time_s
     tokens_per_s = b * osl / e2el
-    price = device.price_usd_per_hour
+    memory = memory_report(spec, device, workload, precision, parallelism)
+    charges = cost_energy(device, parallelism.devices, prefill_s=pre.time_s,
+                          input_tokens=b * isl, decode_step_s=dec.time_s, tokens_per_decode_step=b)
     return Estimate(
         tool_version=__version__,
         inputs=Inputs(model=spec.name, hardware=device.name, isl=isl, osl=osl, batch_size=b,
@@ -94,16 +101,31 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
         prefill_tokens_per_s=pre.tokens_per_s, decode_tokens_per_s=dec.tokens_per_s,
         tokens_per_s_per_user=1.0 / dec.time_s,
         tokens_per_s_per_gpu=tokens_per_s / parallelism.devices,
-        usd_per_million_output_tokens=(price * parallelism.devices / 3600 / tokens_per_s * 1e6
-                                       if price else None),
-        memory=memory_report(spec, device, workload, precision, parallelism),
-        cost_energy=cost_energy(device, parallelism.devices, prefill_s=pre.time_s,
-                                input_tokens=b * isl, decode_step_s=dec.time_s,
-                                tokens_per_decode_step=b),
-        warnings=_warnings(spec, workload, precision),
+        # One definition of $ per million output tokens everywhere: the decode steps'
+        # device time per generated token (prompt tokens pay for the prefill).
+        usd_per_million_output_tokens=charges.usd_per_million_output_tokens,
+        memory=memory,
+        cost_energy=charges,
+        warnings=_warnings(spec, workload, memory, device, parallelism),
         ops=_op_rows(prefill, decodes[1]) if detail else None,
         constants=_constant_rows(cost_model) if detail else None,
     )
+
+
+def _check_passes(cost_model: CostModel, step: Step) -> None:
+    """Refuse, before splitting it, a prompt an engine would run as more micro-batches
+    than one estimate prices (each is priced on its own): ceil(tokens per sequence /
+    max(1, ubatch // sequences)) passes, as cost.calibrated.split_prefill cuts them."""
+    ubatch = getattr(getattr(cost_model, "traits", None), "prefill_ubatch_tokens", 0)
+    if not ubatch or len(step.groups) != 1:
+        return
+    group = step.groups[0]
+    passes = -(-group.new_tokens // max(1, ubatch // group.count))
+    if passes > MAX_ENGINE_PASSES:
+        raise InputError(f"a prompt of {group.new_tokens:,} tokens for {group.count:,} "
+                         f"sequences runs as {passes:,} micro-batches of {ubatch} tokens in "
+                         f"{cost_model.name}'s engine, more than the {MAX_ENGINE_PASSES:,} "
+                         "one estimate prices; shorten the prompt or the batch.")
 
 
 def _constant_rows(cost_model: CostModel) -> list[ConstantRow] | None:
@@ -116,6 +138,7 @@ def _price(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,
            device: HardwareSpec, cost_model: CostModel) -> _Priced:
     ledger = build_ledger(model, step, precision, par)
     floor = _SOL.step_time(ledger, device)
+    _check_passes(cost_model, step)
     passes = engine_steps(cost_model, step)  # an engine may run a long prompt in chunks
     if cost_model.name == _SOL.name:
         expected = floor
@@ -197,13 +220,27 @@ def memory_report(model: ModelSpec, device: HardwareSpec, workload: Workload,
         max_batch_size=max(0, int(room // kv_per_seq)) if kv_per_seq else 0)
 
 
-def _warnings(model: ModelSpec, workload: Workload, precision: Precision) -> list[str]:
-    """What the reader could not price, and what the workload asks beyond the model."""
-    warnings = list(model.notes)
+def _warnings(model: ModelSpec, workload: Workload, memory: MemoryReport,
+              device: HardwareSpec, par: Parallelism) -> list[str]:
+    """What makes the figures hypothetical: a context past the model's, a footprint past
+    the device's memory, a tensor-parallel group past the device's scale-up domain."""
+    out = list(model.notes)  # what the config reader could not price
     if workload.max_context > model.max_context:
-        warnings.append(f"context {workload.max_context:,} tokens exceeds {model.name}'s maximum "
-                        f"of {model.max_context:,}; the arithmetic still holds, the model may not.")
-    return warnings
+        out.append(f"context {workload.max_context:,} tokens exceeds {model.name}'s maximum of "
+                   f"{model.max_context:,}; the arithmetic still holds, the model may not.")
+    if not memory.fits:
+        out.append(f"does not fit: {memory.total_bytes / 1e9:,.1f} GB per device against "
+                   f"{memory.capacity_bytes / 1e9:,.0f} GB on {device.name}; the times are "
+                   "those of a device with room (split it over more devices or use a "
+                   "smaller format).")
+    link = device.interconnect
+    if par.tp > (link.max_devices if link else 1):
+        where = (f"the {link.max_devices} of one {link.name} domain" if link
+                 else "one device (its sheet has no scale-up link)")
+        out.append(f"TP {par.tp} spans more {device.name} devices than {where}; the "
+                   "tensor-parallel all-reduces would cross a slower network than the one "
+                   "priced.")
+    return out
 
 
 def _op_rows(prefill: _Priced, decode: _Priced) -> list[OpRow]:

@@ -151,7 +151,7 @@ class Estimate(_Frozen):
     decode_tokens_per_s: float
     tokens_per_s_per_user: float
     tokens_per_s_per_gpu: float
-    usd_per_million_output_tokens: float | None  # whole request time over its output tokens
+    usd_per_million_output_tokens: float | None  # as cost_energy's: decode time per token
     memory: MemoryReport
     cost_energy: CostEnergy | None = None
     warnings: list[str] = []

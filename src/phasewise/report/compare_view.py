@@ -45,7 +45,8 @@ def comparison_table(c: Comparison, *, show_skipped: bool = False) -> Group:
             for name, why in c.skipped.items():
                 parts.append(Text(f"not ranked: {name}: {why}", style="yellow"))
         else:
-            parts.append(Text(f"{len(c.skipped)} devices not ranked (do not fit, or cannot run "
+            n = len(c.skipped)
+            parts.append(Text(f"{n} device{'s' * (n != 1)} not ranked (do not fit, or cannot run "
                               "this precision or parallelism); --show-skipped lists them.",
                               style="yellow"))
     parts.append(Text("$/M input charges the prefill time, $/M output the decode steps; "

@@ -15,6 +15,15 @@ from pathlib import Path
 import numpy as np
 
 from phasewise.errors import InputError, nearest_hint
+from phasewise.files import parse_json, read_text
+from phasewise.specs.workload import ABSURD_TOKENS
+
+# Token lengths a request may have (the longest published context windows are 10M
+# tokens); a lognormal's SIGMA past this spreads lengths over e^10 ≈ 22,000 times.
+MAX_LENGTH_TOKENS = ABSURD_TOKENS
+MAX_LOG_SIGMA = 10.0
+# Requests one trace replay holds (each costs about a kilobyte of simulator state).
+MAX_TRACE_REQUESTS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +125,8 @@ class Lengths:
             draws = rng.lognormal(math.log(p[0]) - p[1] ** 2 / 2, p[1], size=n)
         else:
             draws = rng.choice(np.asarray(self.values), size=n)
-        return np.maximum(np.rint(draws), 1).astype(np.int64)
+        # A wide normal or lognormal draws past any context now and then: clip, do not wrap.
+        return np.clip(np.rint(draws), 1, MAX_LENGTH_TOKENS).astype(np.int64)
 
     @property
     def mean(self) -> float:
@@ -156,19 +166,26 @@ def parse_lengths(text: str, flag: str) -> Lengths:
     except ValueError:
         raise InputError(f"{flag} {text}: the parameters must be numbers, e.g. "
                          f"{kind}:{':'.join(['1024', '200'][:_LENGTH_ARITY[kind]])}.") from None
-    if len(params) != _LENGTH_ARITY[kind] or params[0] < 1 or min(params) < 0 or \
-            (kind == "uniform" and params[1] < params[0]):
-        raise InputError(f"{flag} {text}: {kind} takes {_LENGTH_ARITY[kind]} non-negative "
+    if len(params) != _LENGTH_ARITY[kind] or not all(map(math.isfinite, params)) or \
+            params[0] < 1 or min(params) < 0 or (kind == "uniform" and params[1] < params[0]):
+        raise InputError(f"{flag} {text}: {kind} takes {_LENGTH_ARITY[kind]} finite non-negative "
                          "number(s), the first at least 1 (uniform: LO ≤ HI).")
+    lengths = params if kind == "uniform" else params[:1]  # normal/lognormal: the mean
+    spread_limit = MAX_LOG_SIGMA if kind == "lognormal" else MAX_LENGTH_TOKENS
+    if max(lengths) > MAX_LENGTH_TOKENS or \
+            (kind in ("normal", "lognormal") and params[1] > spread_limit):
+        raise InputError(f"{flag} {text}: lengths past {MAX_LENGTH_TOKENS:,} tokens (or a "
+                         f"lognormal SIGMA past {MAX_LOG_SIGMA:g}) describe no workload; check "
+                         "the numbers.")
     return Lengths(kind, params)
 
 
 def _read_lengths(path: Path, flag: str) -> tuple[int, ...]:
-    if not path.is_file():
+    if not str(path).strip() or not path.exists():
         raise InputError(f"{flag} file:{path}: no such file; give a text file with one length "
                          "per line.")
     values = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(read_text(path, what="lengths file").splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -176,9 +193,9 @@ def _read_lengths(path: Path, flag: str) -> tuple[int, ...]:
         except ValueError:
             raise InputError(f"{path}, line {number}: '{line.strip()}' is not a whole number of "
                              "tokens.") from None
-        if value < 1:
-            raise InputError(f"{path}, line {number}: a length must be at least 1 token, got "
-                             f"{value}.")
+        if not 1 <= value <= MAX_LENGTH_TOKENS:
+            raise InputError(f"{path}, line {number}: a length must be 1 to "
+                             f"{MAX_LENGTH_TOKENS:,} tokens, got {value:,}.")
         values.append(value)
     if not values:
         raise InputError(f"{path}: no lengths found; give one whole number per line.")
@@ -220,10 +237,13 @@ def load_trace(path: str | Path) -> Requests:
     ``prefix_id`` and ``prefix_tokens`` (requests sharing a prefix id share their first
     prefix_tokens prompt tokens). Errors name the first bad line."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"--trace {path}: no such file; give a CSV or JSONL trace "
                          "(see examples/trace.csv).")
-    text = path.read_text()
+    text = read_text(path, what="trace")
+    if text.count("\n") > MAX_TRACE_REQUESTS:
+        raise InputError(f"{path}: more than {MAX_TRACE_REQUESTS:,} requests, past what one "
+                         "simulation holds in memory; replay a part of the trace.")
     rows = _jsonl_rows(path, text) if path.suffix in (".jsonl", ".json", ".ndjson") \
         else _csv_rows(path, text)
     if not rows:
@@ -253,16 +273,14 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
 
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[int, dict]]:
-    import json
-
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path}, line {number}: not valid JSON ({err.msg}).") from None
+            row = parse_json(line, f"{path}, line {number}", what="trace line")
+        except InputError as err:
+            raise InputError(str(err)) from None
         if not isinstance(row, dict):
             raise InputError(f"{path}, line {number}: each line must be a JSON object.")
         missing = [c for c in TRACE_COLUMNS if c not in row]
@@ -309,13 +327,18 @@ def _number(row: dict, key: str, where: str, kind: type, default: float | None =
             return default
         raise InputError(f"{where}: {key} is empty; every request needs {', '.join(TRACE_COLUMNS)}.")
     try:
+        if isinstance(value, bool):
+            raise TypeError(value)
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"{where}: {key} '{value}' is not a number.") from None
     if not math.isfinite(number):
         raise InputError(f"{where}: {key} is {value}; give a finite number.")
     if kind is int:
         if number != int(number):
             raise InputError(f"{where}: {key} {value} must be a whole number of tokens.")
+        if abs(number) > MAX_LENGTH_TOKENS:
+            raise InputError(f"{where}: {key} {value} is past {MAX_LENGTH_TOKENS:,}; no "
+                             "request is that long.")
         return int(number)
     return number

@@ -121,7 +121,7 @@ class HardwareSpec:
             return self.peak_flops_per_s[_SAME_RATE[math_format]]
         have = ", ".join(self.peak_flops_per_s)
         raise InputError(f"{self.display_name} has no {math_format} math (it has {have}); "
-                         f"choose one of those with --act-dtype/--weight-dtype.")
+                         "choose weight and activation formats that run in one of those.")
 
     def computes_natively(self, math_format: str) -> bool:
         """Whether the matrix units take ``math_format`` as it is (the sheet's native_formats,

@@ -130,6 +130,8 @@ _ALIASES = {
 
 def number_format(name: str) -> NumberFormat:
     """Look a format up by name, case-insensitively for the plain formats."""
+    if not isinstance(name, str):
+        raise InputError(f"a number format is a name such as bf16 or Q4_K_M, got {name!r}.")
     if name in FORMATS:
         return FORMATS[name]
     key = _ALIASES.get(name.lower(), name.lower())
@@ -195,10 +197,11 @@ class Precision:
         if number_format(self.activations).math_format is None:
             raise InputError(
                 f"activations cannot be stored in the weight-only format '{self.activations}'; "
-                "use bf16, fp16, fp32 or fp8 for --act-dtype."
+                "use bf16, fp16, fp32 or fp8 for the activations."
             )
-        if not 0 < self.kv_keep <= 1:
-            raise InputError(f"--kv-keep {self.kv_keep} is not a fraction of the cache; give a "
+        if isinstance(self.kv_keep, bool) or not isinstance(self.kv_keep, (int, float)) \
+                or not 0 < self.kv_keep <= 1:
+            raise InputError(f"kv_keep {self.kv_keep!r} is not a fraction of the cache; give a "
                              "number in (0, 1], e.g. 0.25 to keep a quarter of cached tokens.")
 
     def for_model(self, model: Any) -> Precision:

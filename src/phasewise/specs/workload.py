@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from phasewise.errors import InputError
 
-# Longer than any published context window; a length past this is a typo, not a workload.
-ABSURD_TOKENS = 100_000_000
+# As long as the longest published context window (Llama 4 Scout: 10M tokens); a length
+# past this is a typo, not a workload.
+ABSURD_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,12 +23,11 @@ class Workload:
     def __post_init__(self) -> None:
         for name in ("isl", "osl", "batch_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise InputError(f"--{name.replace('_', '-')} must be a positive whole number, "
-                                 f"got {value!r}.")
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise InputError(f"{name} must be a positive whole number, got {value!r}.")
             if value > ABSURD_TOKENS:
-                raise InputError(f"--{name.replace('_', '-')} {value:,} is beyond any real "
-                                 f"workload (limit {ABSURD_TOKENS:,}); check the number.")
+                raise InputError(f"{name} {value:,} is beyond any real workload (limit "
+                                 f"{ABSURD_TOKENS:,}); check the number.")
 
     @property
     def max_context(self) -> int:
@@ -50,11 +50,11 @@ class Parallelism:
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "ep"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise InputError(f"--{name} must be a whole number of at least 1, got {value!r}.")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{name} must be a whole number of at least 1, got {value!r}.")
         big, small = max(self.tp, self.ep), min(self.tp, self.ep)
         if big % small:
-            raise InputError(f"--ep {self.ep} and --tp {self.tp}: one must divide the other.")
+            raise InputError(f"ep {self.ep} and tp {self.tp}: one must divide the other.")
 
     @property
     def devices(self) -> int:

@@ -14,8 +14,10 @@ import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from phasewise.errors import InputError
+from phasewise.files import read_text
 
 MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "catalog" / "measurements"
 
@@ -26,6 +28,16 @@ OPTIONAL_COLUMNS = ("category", "source_url", "source_locator", "provenance",
                     "num_accelerators", "hw_specs_as_stated", "model_params_b", "kv_depth",
                     "peak_ref_value", "peak_ref_unit", "fraction_of_peak", "peak_ref_source",
                     "notes", "exclude")
+
+
+# The phases a row may measure: the model's two phases, a whole request, and the device
+# microbenchmarks (best matmul rate, streaming bandwidth).
+PHASES = ("prefill", "decode", "end_to_end", "gemm", "memory_bw")
+# Longer than any field of the bundled files (the longest, a source locator, is ~1,600
+# characters); a longer one is not a measurement's text.
+MAX_FIELD_CHARS = 16_384
+# Past this no batch, length or device count of a published run lies.
+MAX_COUNT = 100_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,39 +101,66 @@ def load_bundled() -> list[MeasurementFile]:
 def load_measurements(path: str | Path) -> MeasurementFile:
     """Every readable row of a measurements CSV, and a Problem for each row that is not."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as err:
-        raise InputError(f"measurements file {path}: cannot read it ({err.strerror}).") from None
+    text = read_text(path, what="measurements file")
     reader = csv.DictReader(text.splitlines())
-    header = reader.fieldnames or []
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as err:
+        raise InputError(f"measurements file {path}: the header is not CSV ({err}).") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise InputError(f"measurements file {path}: missing column(s) {', '.join(missing)}; "
                          f"the header needs {', '.join(REQUIRED_COLUMNS)}.")
     unknown = tuple(c for c in header if c not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS)
-    rows, problems, sources = [], [], {}
-    for line, raw in enumerate(reader, start=2):
+    rows, problems, sources, first_line = [], [], {}, {}
+    for line, raw in _rows(reader, problems):
+        record_id = (raw.get("record_id") or "").strip()
         try:
             row = _measurement(raw, line)
+            if record_id in first_line:
+                raise ValueError(f"duplicate record_id (first at line {first_line[record_id]})")
         except ValueError as err:
-            problems.append(Problem(line, (raw.get("record_id") or "").strip(), str(err)))
+            problems.append(Problem(line, record_id[:MAX_FIELD_CHARS], str(err)))
             continue
+        first_line[record_id] = line
         rows.append(row)
         sources.setdefault(row.source, row.source_url)
+    if not rows and not problems:
+        raise InputError(f"measurements file {path}: a header and no rows; add one row per "
+                         "published figure.")
     return MeasurementFile(str(path), tuple(rows), tuple(problems), unknown, sources)
+
+
+def _rows(reader: csv.DictReader, problems: list[Problem]) -> Iterator[tuple[int, dict]]:
+    """(line, row) for each CSV row; a row the csv module cannot read (a field over its
+    size limit, a NUL byte) becomes a Problem and the rest are read on."""
+    while True:
+        before = reader.line_num
+        try:
+            raw = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            problems.append(Problem(before + 1, "", f"not readable as CSV ({err})"))
+            continue
+        yield reader.line_num, raw
 
 
 def _measurement(raw: dict[str, str | None], line: int) -> Measurement:
     def text(column: str) -> str:
         return (raw.get(column) or "").strip()
 
+    too_long = [c for c, v in raw.items() if c and v and len(v) > MAX_FIELD_CHARS]
+    if too_long:
+        raise ValueError(f"{too_long[0]} is longer than {MAX_FIELD_CHARS:,} characters")
     record_id = text("record_id")
     if not record_id:
         raise ValueError("no record_id")
     for column in ("source_name", "hardware", "metric", "unit", "phase"):
         if not text(column):
             raise ValueError(f"empty {column}")
+    if text("phase").lower() not in PHASES:
+        raise ValueError(f"unknown phase '{text('phase')}'; one of {', '.join(PHASES)}")
     value = _number(text("value"), "value")
     if value is None or value <= 0 or not math.isfinite(value):
         raise ValueError(f"value '{text('value')}' is not a positive number")
@@ -133,7 +172,8 @@ def _measurement(raw: dict[str, str | None], line: int) -> Measurement:
         input_len=_count(text("input_len"), "input_len", default=0),
         output_len=_count(text("output_len"), "output_len", default=0),
         kv_depth=_count(text("kv_depth"), "kv_depth", default=0),
-        num_accelerators=_count(text("num_accelerators"), "num_accelerators", default=1),
+        num_accelerators=_count(text("num_accelerators"), "num_accelerators", default=1,
+                                minimum=1),
         metric=text("metric"), value=value, unit=text("unit"), source_url=text("source_url"),
         source_locator=text("source_locator"), notes=text("notes"), exclude=text("exclude"),
         line=line, model_params_b=_number(text("model_params_b"), "model_params_b"))
@@ -148,10 +188,14 @@ def _number(text: str, column: str) -> float | None:
         raise ValueError(f"{column} '{text}' is not a number") from None
 
 
-def _count(text: str, column: str, *, default: int) -> int:
+def _count(text: str, column: str, *, default: int, minimum: int = 0) -> int:
     number = _number(text, column)
     if number is None:
         return default
-    if number < 0 or number != int(number):
+    if not math.isfinite(number) or number != int(number) or number < 0:
         raise ValueError(f"{column} '{text}' is not a whole number")
+    if number < minimum:
+        raise ValueError(f"{column} {text} is below {minimum}")
+    if number > MAX_COUNT:
+        raise ValueError(f"{column} {text} is beyond any real measurement (limit {MAX_COUNT:,})")
     return int(number)

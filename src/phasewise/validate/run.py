@@ -104,6 +104,7 @@ def dataset(files: Sequence[MeasurementFile]) -> Dataset:
                 continue
             try:
                 scenario = _configured(scenario_for(row), row.software_stack)
+                _check_priceable(scenario)
             except (MappingError, InputError) as err:
                 out.skipped.append(Problem(row.line, row.record_id, f"{_name(file.path)}: {err}"))
                 continue
@@ -112,6 +113,14 @@ def dataset(files: Sequence[MeasurementFile]) -> Dataset:
             else:
                 out.scenarios.append(scenario)
     return out
+
+
+def _check_priceable(scenario: Scenario) -> None:
+    """Raise here, for this row, the InputError pricing it would raise later inside a fit
+    or a score (a format the device has no math for, a layout the model does not allow)."""
+    if scenario.kind not in CEILING_KINDS:
+        scenario.hardware.peak_flops(scenario.precision.math_format)
+        observation(scenario)
 
 
 def _configured(scenario: Scenario, software: str) -> Scenario:
