@@ -184,20 +184,27 @@ def roofline(title: str, hardware: dict[str, Any], phases: list[dict[str, Any]])
                                        "FLOP/s", log_x=True, log_y=True))
 
 
-def bars(title: str, x: list[Any], series: dict[str, list[Any]], x_title: str, y_title: str,
-         *, stack: bool = False, log_y: bool = False, horizontal: bool = False) -> Figure:
+def bars(title: str, categories: list[Any], series: dict[str, list[Any]], category_title: str,
+         value_title: str, *, stack: bool = False, log_value: bool = False,
+         horizontal: bool = False, ranked: bool = False) -> Figure:
+    """One bar per category and series; ``ranked`` lets the browser order the categories by
+    their value, smallest first."""
     data = []
     for name, values in series.items():
         trace = {"type": "bar", "name": name, "marker": {"color": CLASS_COLOURS.get(name)}}
-        trace.update({"y": x, "x": values, "orientation": "h"} if horizontal else
-                     {"x": x, "y": values})
+        trace.update({"y": categories, "x": values, "orientation": "h"} if horizontal else
+                     {"x": categories, "y": values})
         data.append(trace)
-    layout = _layout(title, y_title if horizontal else x_title,
-                     x_title if horizontal else y_title, log_y=log_y and not horizontal,
-                     log_x=log_y and horizontal, barmode="stack" if stack else "group")
+    x_title, y_title = (value_title, category_title) if horizontal else (category_title,
+                                                                         value_title)
+    layout = _layout(title, x_title, y_title, log_x=log_value and horizontal,
+                     log_y=log_value and not horizontal, barmode="stack" if stack else "group")
+    category_axis = layout["yaxis" if horizontal else "xaxis"]
+    if ranked:
+        category_axis["categoryorder"] = "total ascending"
     if horizontal:
-        layout["height"] = max(420, 18 * len(x) + 120)
-        layout["yaxis"]["autorange"] = "reversed"
+        layout["height"] = max(420, 16 * len(categories) * max(1, len(series)) + 140)
+        category_axis["autorange"] = "reversed"
         layout["margin"]["l"] = 170
     return Figure(title, data, layout)
 
@@ -278,11 +285,12 @@ def _time_by_class(doc: dict[str, Any]) -> Figure:
         data = [{"type": "bar", "name": kind, "marker": {"color": CLASS_COLOURS.get(kind)},
                  "x": [labels.get(op["phase"], op["phase"]) for op in ops if op["kind"] == kind],
                  "y": [op["time_s"] for op in ops if op["kind"] == kind],
-                 "text": [op["name"] for op in ops if op["kind"] == kind],
-                 "hovertemplate": "%{text}: %{y:.3s}s<extra>%{fullData.name}</extra>"}
+                 "hovertext": [op["name"] for op in ops if op["kind"] == kind],
+                 "hovertemplate": "%{hovertext}: %{y:.3s}s<extra>%{fullData.name}</extra>"}
                 for kind in kinds]
-        title = "Expected time by operator class, per phase"
-        return Figure(title, data, _layout(title, "phase", "seconds per step", barmode="stack"))
+        title = "Expected time by operator class, per phase (share of the step)"
+        return Figure(title, data, _layout(title, "phase", "% of the step's expected time",
+                                           barmode="stack", barnorm="percent"))
     phases = [doc["prefill"], doc["decode"]]
     return bars("Time per step by bound, per phase (floors and expected)",
                 [p["label"] for p in phases],
@@ -322,7 +330,7 @@ def _estimate_sweep(doc: dict[str, Any]) -> list[Section]:
              "fits": d["memory"]["fits"]} for label, d in zip(labels, docs)]
     figures = [bars("TTFT and TPOT per configuration", labels,
                     {"TTFT (s)": [d["ttft_s"] for d in docs], "TPOT (s)": [d["tpot_s"] for d in docs]},
-                    "configuration", "seconds", log_y=True),
+                    "configuration", "seconds", log_value=True),
                pareto("Per-user speed against per-GPU throughput", rows, "tokens_per_s_per_gpu",
                       "tokens_per_s_per_user", "configuration")]
     first = docs[0]
@@ -390,16 +398,20 @@ def _batch_sweep(doc: dict[str, Any]) -> list[Section]:
 def _compare(doc: dict[str, Any]) -> list[Section]:
     results = doc["results"]
     names = [_device_label(r) for r in results]
-    figures = [bars("Prefill: TTFT per device (lower is better)", names,
-                    {"TTFT (s)": [r["ttft_s"] for r in results]}, "seconds", "device",
-                    horizontal=True, log_y=True),
-               bars("Decode: TPOT per device (lower is better)", names,
-                    {"TPOT (s)": [r["tpot_s"] for r in results]}, "seconds", "device",
-                    horizontal=True, log_y=True),
-               bars("Per dollar: US$ per million tokens per device", names,
-                    {"input tokens": [r.get("usd_per_million_input_tokens") for r in results],
-                     "output tokens": [r.get("usd_per_million_output_tokens") for r in results]},
-                    "US$ per million tokens", "device", horizontal=True, log_y=True),
+    figures = [bars("Prefill: devices ranked by TTFT", names,
+                    {"TTFT (s)": [r["ttft_s"] for r in results]}, "device", "seconds",
+                    horizontal=True, log_value=True, ranked=True),
+               bars("Decode: devices ranked by TPOT", names,
+                    {"TPOT (s)": [r["tpot_s"] for r in results]}, "device", "seconds",
+                    horizontal=True, log_value=True, ranked=True),
+               bars("Per dollar: devices ranked by US$ per million output tokens", names,
+                    {"output tokens": [r.get("usd_per_million_output_tokens") for r in results]},
+                    "device", "US$ per million tokens", horizontal=True, log_value=True,
+                    ranked=True),
+               bars("Per dollar: devices ranked by US$ per million input tokens", names,
+                    {"input tokens": [r.get("usd_per_million_input_tokens") for r in results]},
+                    "device", "US$ per million tokens", horizontal=True, log_value=True,
+                    ranked=True),
                pareto("TTFT against TPOT (lower-left is better)",
                       [dict(r, device=n) for r, n in zip(results, names)], "ttft_s", "tpot_s",
                       "device")]
@@ -446,7 +458,7 @@ def _latency_section(run: dict[str, Any]) -> Section:
                    for m in metrics if run.get(m)])
     figure = bars("Latency percentiles", [s.removesuffix("_s") for s in stats],
                   {m.upper(): [run[m].get(s) for s in stats] for m in metrics if run.get(m)},
-                  "statistic", "seconds", log_y=True)
+                  "statistic", "seconds", log_value=True)
     scalars = _key_value_table("Run", [(k.replace("_", " "), number(v)) for k, v in run.items()
                                        if not isinstance(v, (dict, list)) and k not in
                                        ("schema_version", "tool_version")])
@@ -478,10 +490,14 @@ def _load_sweep(runs: list[dict[str, Any]], verdict: str | None) -> Section:
             for trace, name in zip(figure.data, [n for n in schedulers for _ in range(3)]):
                 trace["x"] = [_load_label(r) for r in runs if r["inputs"]["scheduler"] == name]
         figures.append(figure)
-    figures.append(lines("Throughput against load", [_load_label(r) for r in runs],
-                         {"output tokens/s": [r["output_tokens_per_s"] for r in runs],
-                          "requests/s served": [r["requests_per_s"] for r in runs]},
-                         x_title, "per second"))
+    throughput = lines("Throughput against load", [_load_label(r) for r in runs],
+                       {"output tokens/s": [r["output_tokens_per_s"] for r in runs],
+                        "requests/s served": [r["requests_per_s"] for r in runs]},
+                       x_title, "output tokens/s")
+    throughput.data[1]["yaxis"] = "y2"
+    throughput.layout["yaxis2"] = {"title": {"text": "requests/s served"}, "overlaying": "y",
+                                   "side": "right"}
+    figures.append(throughput)
     points = [dict(r, configuration=f"{r['inputs']['scheduler']} @ {_load_label(r)}") for r in runs]
     figures.append(pareto("Pareto: tokens/s per user against tokens/s per GPU", points,
                           "tokens_per_s_per_gpu", "tokens_per_s_per_user", "configuration"))
@@ -531,7 +547,7 @@ def _profile(doc: dict[str, Any]) -> list[Section]:
     if any(p.get("expected_time_s") is not None for p in points):
         series["calibrated"] = [p.get("expected_time_s") for p in points]
     figure = bars("Measured against the ledger's floor, per point", labels, series, "point",
-                  "seconds per step", log_y=True)
+                  "seconds per step", log_value=True)
     ceilings = doc["ceilings"]
     table = rows_table("Points", [{k: v for k, v in p.items() if k != "bytes"} for p in points])
     return [Section(f"Profile: {doc['model']} on {ceilings.get('device_name', doc.get('device'))}",

@@ -58,6 +58,10 @@ def create_app(*, job_seconds: float = 120.0) -> FastAPI:
     def index() -> str:
         return _static_text("index.html")
 
+    @app.get("/favicon.ico")
+    def favicon() -> Response:
+        return Response(status_code=204)
+
     @app.get("/static/{name}")
     def static(name: str) -> Response:
         if name == "plotly.min.js":

@@ -29,7 +29,7 @@ function shareFragment() {
   const values = formValues();
   for (const name of FIELDS) {
     const v = values[name];
-    if (v === true) { params.set(name, "1"); } else if (v !== false && v !== "") { params.set(name, v); }
+    params.set(name, v === true ? "1" : v === false ? "0" : v);
   }
   return params.toString();
 }
