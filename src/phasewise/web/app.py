@@ -23,7 +23,8 @@ from starlette.concurrency import run_in_threadpool
 from phasewise.errors import InputError
 from phasewise.web.inputs import MAX_UPLOAD_BYTES, Form
 from phasewise.web.jobs import Jobs
-from phasewise.web.views import LONG_VIEWS, QUICK_VIEWS, VIEWS, cli_command, plan_available
+from phasewise.web.views import (LONG_VIEWS, QUICK_VIEWS, VIEWS, cli_command, plan_available,
+                                 simulate_bounds)
 
 LOG = logging.getLogger("phasewise.web")
 # A form with two uploads, and the JSON around them.
@@ -95,6 +96,8 @@ def create_app(*, job_seconds: float = 120.0) -> FastAPI:
             raise InputError(f"no job {view!r}; choose simulate"
                              f"{' or plan' if plan_available() else ''}.")
         form = _form(await read_json(request, MAX_FORM_BYTES))
+        if view == "simulate":
+            simulate_bounds(form)  # refused at once rather than in the job
         return {"job": jobs.start(view, form.model_dump()), "command": cli_command(view, form)}
 
     @app.get("/api/jobs/{job_id}")

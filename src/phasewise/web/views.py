@@ -91,18 +91,25 @@ def compare_view(form: Form) -> dict[str, Any]:
     return result.model_dump(mode="json")
 
 
-def simulate_view(form: Form) -> dict[str, Any]:
-    """The simulate verb's own steps (server, request stream, run, summary), bounded in
-    requests and load points so that a web job stays short."""
+def simulate_bounds(form: Form) -> tuple[int, list[float]]:
+    """The requests and load points of a web simulation, within the web app's bounds."""
     from phasewise.commands._app import split_list
-    from phasewise.commands.simulate import _pools, _requests, _run, _server, _sweep_document
-    from phasewise.specs import Precision
 
     n = bounded(whole(form.num_requests, "--num-requests"), "--num-requests", 1, MAX_WEB_REQUESTS)
     rates = split_list(form.rate, "--rate", float)
     if not 0 < len(rates) <= MAX_WEB_RATES or any(not r > 0 for r in rates):
         raise InputError(f"--rate {form.rate}: give 1 to {MAX_WEB_RATES} positive request rates "
                          "(requests/s), comma-separated.")
+    return n, rates
+
+
+def simulate_view(form: Form) -> dict[str, Any]:
+    """The simulate verb's own steps (server, request stream, run, summary), bounded in
+    requests and load points so that a web job stays short."""
+    from phasewise.commands.simulate import _pools, _requests, _run, _server, _sweep_document
+    from phasewise.specs import Precision
+
+    n, rates = simulate_bounds(form)
     server_args = dict(model=model_spec(form), precision=Precision(
         form.weight_dtype.strip(), form.act_dtype.strip(), form.kv_dtype.strip()),
         max_seqs=whole(form.max_num_seqs, "--max-num-seqs"), max_batched_tokens=None,
