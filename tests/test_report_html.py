@@ -301,3 +301,19 @@ def test_each_verbs_page_draws_its_plots(phasewise_cli, tmp_path, verb_args):
     plots = json.loads(page.scripts["plot-data"])
     assert len(plots) >= 3
     assert all(spec["data"] for spec in plots.values())
+
+
+def test_the_matplotlib_pages_carry_no_date_and_repeat_byte_for_byte(tmp_path):
+    pytest.importorskip("matplotlib")
+    from phasewise.report.plots import pyplot, save_figure
+
+    def draw(stem):
+        fig, ax = pyplot().subplots()
+        ax.plot([1, 2, 3], [2, 4, 8], label="decode")
+        ax.legend()
+        return save_figure(fig, tmp_path / stem, title="t", table=[{"a": 1.5}])
+
+    (png_a, html_a), (png_b, html_b) = draw("a"), draw("b")
+    assert html_a.read_bytes() == html_b.read_bytes()
+    assert png_a.read_bytes() == png_b.read_bytes()
+    assert "<dc:date>" not in html_a.read_text()
