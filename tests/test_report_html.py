@@ -317,3 +317,17 @@ def test_the_matplotlib_pages_carry_no_date_and_repeat_byte_for_byte(tmp_path):
     assert html_a.read_bytes() == html_b.read_bytes()
     assert png_a.read_bytes() == png_b.read_bytes()
     assert "<dc:date>" not in html_a.read_text()
+
+
+def test_a_profile_sets_each_measured_point_under_the_measured_ceilings():
+    doc = {"model": "tiny", "dtype": "fp32", "device": "cpu", "weights": "random",
+           "ceilings": {"device_name": "test CPU", "gemm_flops_per_s": {"fp32": 1e11},
+                        "read_bytes_per_s": 2.5e10, "notes": []},
+           "points": [{"phase": "prefill", "label": "pp16", "batch_size": 1, "context_tokens": 0,
+                       "time_s": 0.002, "sol_time_s": 0.0002, "expected_time_s": None,
+                       "arithmetic_intensity": 5.0, "achieved_flops_per_s": 8e9,
+                       "mfu": 0.08, "bytes": {}}]}
+    bars_figure, roof = build_sections(doc)[0].figures
+    assert bars_figure.data[0]["y"] == [0.002] and bars_figure.data[1]["y"] == [0.0002]
+    assert roof.data[0]["y"][1] == 1e11 and roof.data[0]["x"][1] == 4.0  # 1e11 / 2.5e10
+    assert (roof.data[2]["x"], roof.data[2]["y"]) == ([5.0], [8e9])

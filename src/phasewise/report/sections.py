@@ -160,7 +160,7 @@ def _layout(title: str, x_title: str, y_title: str, *, log_x: bool = False,
 def roofline(title: str, hardware: dict[str, Any], phases: list[dict[str, Any]]) -> Figure:
     """Attainable FLOP/s against arithmetic intensity: the bandwidth slope and the compute
     roof meeting at the device's ridge (peak ÷ bandwidth, as the document gives it), with
-    each phase at its intensity and achieved rate (the document's MFU × peak)."""
+    each phase at its intensity and achieved rate (measured, or the document's MFU × peak)."""
     peak = hardware["peak_flops_per_s"]
     bandwidth = hardware["memory_bandwidth_bytes_per_s"]
     ridge = hardware["ridge_point"]
@@ -176,7 +176,8 @@ def roofline(title: str, hardware: dict[str, Any], phases: list[dict[str, Any]])
     for phase in phases:
         name = phase.get("phase", "")
         data.append({"type": "scatter", "mode": "markers+text", "name": phase.get("label", name),
-                     "x": [phase["arithmetic_intensity"]], "y": [phase["mfu"] * peak],
+                     "x": [phase["arithmetic_intensity"]],
+                     "y": [phase.get("achieved_flops_per_s") or phase["mfu"] * peak],
                      "text": [f"{phase.get('label', name)} ({phase.get('bound', '')}-bound)"],
                      "textposition": "top right",
                      "marker": {"size": 12, "color": PHASE_COLOURS.get(name, "#333")}})
@@ -360,15 +361,14 @@ def _explain(doc: dict[str, Any]) -> list[Section]:
             "decode_compute_bound_batch_short_context", "max_batch_size",
             "attention_overtakes_gemms_at")])
     ridge = phases[0]["ridge_point"]
-    figure = Figure("Arithmetic intensity of each phase against the ridge", [
+    title = "Arithmetic intensity of each phase against the ridge"
+    figure = Figure(title, [
         {"type": "bar", "name": "arithmetic intensity", "x": ["prefill", "decode"],
          "y": [p["arithmetic_intensity"] for p in phases],
-         "marker": {"color": [PHASE_COLOURS["prefill"], PHASE_COLOURS["decode"]]}}],
-        _layout("Arithmetic intensity of each phase against the ridge", "phase", "FLOP/byte",
-                log_y=True, shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1,
-                                     "y0": ridge, "y1": ridge, "line": {"dash": "dash"}}],
-                annotations=[{"xref": "paper", "x": 1, "y": ridge, "showarrow": False,
-                              "text": f"ridge {ridge:,.0f}", "yanchor": "bottom"}]))
+         "marker": {"color": [PHASE_COLOURS["prefill"], PHASE_COLOURS["decode"]]}},
+        {"type": "scatter", "mode": "lines", "name": f"device ridge {ridge:,.0f} FLOP/B",
+         "x": ["prefill", "decode"], "y": [ridge, ridge], "line": {"dash": "dash", "color": "#000"}}],
+        _layout(title, "phase", "FLOP/byte", log_y=True))
     sections = [Section(f"Explain: {doc['inputs']['model']} on {doc['hardware_display_name']}",
                         [words, turning], [figure], list(doc.get("summary") or []))]
     if doc.get("batch_sweep"):
@@ -390,8 +390,10 @@ def _batch_sweep(doc: dict[str, Any]) -> list[Section]:
                      "batch size", "tokens/s", log_x=True, log_y=True),
                pareto("Pareto: tokens/s per user against tokens/s per device", points,
                       "tokens_per_s_per_device", "tokens_per_s_per_user", "batch_size")]
-    notes = [f"ridge {ridge:,.1f} FLOP/B; largest batch that fits {doc.get('max_batch_size')}; "
-             f"decode turns compute-bound at batch {doc.get('compute_bound_batch')}"] if ridge else []
+    notes = [f"device ridge {ridge:,.1f} FLOP/B; largest batch that fits "
+             f"{doc.get('max_batch_size')}"] if ridge else []
+    if doc.get("compute_bound_batch") is not None:
+        notes.append(f"decode turns compute-bound at batch {doc['compute_bound_batch']}")
     return [Section("Batch sweep", [rows_table("Batch sweep", points)], figures, notes)]
 
 
@@ -523,6 +525,12 @@ def _validate(doc: dict[str, Any]) -> list[Section]:
                      "text": [f"{p['record_id']} {p['hardware']} {p['model']} ({p['unit']})"
                               for p in chosen],
                      "hovertemplate": "%{text}<br>measured %{x:.4g}, predicted %{y:.4g}"})
+    floors = [p for p in predictions if p.get("sol")]
+    if floors:
+        data.append({"type": "scatter", "mode": "markers", "name": "speed-of-light floor",
+                     "visible": "legendonly", "marker": {"symbol": "circle-open"},
+                     "x": [p["measured"] for p in floors], "y": [p["sol"] for p in floors],
+                     "text": [p["record_id"] for p in floors]})
     if values:
         data.append({"type": "scatter", "mode": "lines", "name": "predicted = measured",
                      "x": [min(values), max(values)], "y": [min(values), max(values)],
@@ -550,9 +558,18 @@ def _profile(doc: dict[str, Any]) -> list[Section]:
                   "seconds per step", log_value=True)
     ceilings = doc["ceilings"]
     table = rows_table("Points", [{k: v for k, v in p.items() if k != "bytes"} for p in points])
+    figures = [figure]
+    peak = (ceilings.get("gemm_flops_per_s") or {}).get(doc.get("dtype"))
+    bandwidth = ceilings.get("read_bytes_per_s")
+    if peak and bandwidth:
+        measured = {"peak_flops_per_s": peak, "memory_bandwidth_bytes_per_s": bandwidth,
+                    "ridge_point": peak / bandwidth}
+        figures.append(roofline(f"Measured roofline ({doc.get('dtype')} GEMM ceiling, read "
+                                "bandwidth)", measured,
+                                [dict(p, label=label) for p, label in zip(points, labels)]))
     return [Section(f"Profile: {doc['model']} on {ceilings.get('device_name', doc.get('device'))}",
                     [_key_value_table("Ceilings", [(k, number(v)) for k, v in _scalars(ceilings)]),
-                     table], [figure], list(ceilings.get("notes") or []))]
+                     table], figures, list(ceilings.get("notes") or []))]
 
 
 def _generic(doc: dict[str, Any]) -> list[Section]:
