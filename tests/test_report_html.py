@@ -125,7 +125,9 @@ def test_each_verbs_document_is_recognised_by_its_keys():
     assert document_kind({"ttft": {}, "tpot": {}, "e2el": {}}) == "simulate"
     assert document_kind({"scores": [], "predictions": []}) == "validate"
     assert document_kind({"ceilings": {}, "points": []}) == "profile"
-    assert document_kind({"kind": "plan", "candidates": []}) == "plan"
+    assert document_kind({"fronts": [], "candidates_screened": 3, "chosen": None}) == "plan"
+    assert document_kind({"plans": []}) == "plan"
+    assert document_kind({"kind": "plan", "candidates": []}) == "plan-like"
     assert document_kind({"something": 1}) == "document"
     assert document_kind([1, 2]) == "document"
 
@@ -192,6 +194,27 @@ def test_an_unknown_document_draws_its_records_and_their_pareto_front():
     assert section.figures[0].data[0]["text"] == ["a", "b"]
     page = parse(html_report(doc))
     assert [row[0][0] for row in page.tables["candidates"]] == ["a", "b"]
+
+
+def test_a_plan_draws_each_front_over_its_candidates():
+    def candidate(index, gpu, user):
+        return {"index": index, "label": f"c{index}", "tokens_per_s_per_gpu": gpu,
+                "tokens_per_s_per_user": user, "pools": [], "targets": []}
+
+    doc = {"model": "m", "verdict": "c2 meets the SLOs", "shapes_priced": 10,
+           "shapes_unfit": 0, "candidates_screened": 3, "candidates_verified": 1,
+           "chosen": candidate(2, 300.0, 40.0), "closest": None, "notes": [],
+           "best_per_device": [candidate(1, 100.0, 50.0), candidate(2, 300.0, 40.0)],
+           "verified": [candidate(3, 200.0, 20.0)],
+           "fronts": [{"name": "throughput", "x": "tokens_per_s_per_gpu",
+                       "y": "tokens_per_s_per_user", "x_larger_better": True,
+                       "y_larger_better": True, "source": "analytic", "indices": [1, 2],
+                       "points": [[100.0, 50.0], [300.0, 40.0]]}]}
+    section = build_sections(doc)[0]
+    everyone, front = section.figures[0].data
+    assert everyone["x"] == [100.0, 300.0, 200.0] and everyone["y"] == [50.0, 40.0, 20.0]
+    assert front["x"] == [100.0, 300.0] and front["text"] == ["c1", "c2"]
+    assert "c2 meets the SLOs" in section.notes
 
 
 def test_validate_plots_predicted_against_measured_with_the_diagonal():

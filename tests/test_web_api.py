@@ -193,3 +193,14 @@ def test_a_simulation_is_bounded_before_it_starts(client):
     response = client.post("/api/jobs/simulate", json={"rate": "1,2,3,4,5,6,7,8,9"})
     assert response.status_code == 400
     assert "give 1 to 8 positive request rates" in response.json()["error"]
+
+
+@pytest.mark.skipif(not views.plan_available(), reason="this phasewise has no plan verb")
+def test_the_plan_job_is_the_clis_document(client, phasewise_cli):
+    form = {"model": "llama-3.2-1b", "hardware": "l40s", "isl": "256", "osl": "32",
+            "rate": "2", "num_requests": "60", "ttft_slo": "1s", "tpot_slo": "50ms"}
+    started = client.post("/api/jobs/plan", json=form).json()
+    state = _wait(client, started["job"], limit_s=300)
+    assert state["state"] == "done", state
+    words = started["command"].split()[1:]
+    assert state["document"] == json.loads(phasewise_cli(*words, "--workers", "1").stdout)

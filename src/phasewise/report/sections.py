@@ -55,8 +55,8 @@ class Section:
 
 
 def document_kind(doc: Any) -> str:
-    """The verb that wrote ``doc``, read from the keys each verb's document carries; 'plan'
-    for a planner's document, 'document' for anything else (drawn generically)."""
+    """The verb that wrote ``doc``, read from the keys each verb's document carries;
+    'document' for anything else (drawn generically, as is a 'plan-like' one)."""
     if not isinstance(doc, dict):
         return "document"
     keys = set(doc)
@@ -78,8 +78,10 @@ def document_kind(doc: Any) -> str:
         return "validate"
     if {"ceilings", "points"} <= keys:
         return "profile"
-    if "plan" in str(doc.get("kind", "")) or {"candidates"} & keys or {"plans"} & keys:
+    if {"fronts", "candidates_screened"} <= keys or "plans" in keys:
         return "plan"
+    if "plan" in str(doc.get("kind", "")) or "candidates" in keys:
+        return "plan-like"
     return "document"
 
 
@@ -572,6 +574,51 @@ def _profile(doc: dict[str, Any]) -> list[Section]:
                      table], figures, list(ceilings.get("notes") or []))]
 
 
+def _plan(doc: dict[str, Any]) -> list[Section]:
+    """The chosen layout, each Pareto front over the candidates it was drawn from, and the
+    candidates as tables."""
+    if "plans" in doc:
+        return [section for plan in doc["plans"] for section in _plan(plan)]
+    candidates = {c["index"]: c for c in [*doc.get("best_per_device", []),
+                                          *doc.get("verified", [])]}
+    figures = [_front(front, candidates) for front in doc.get("fronts", [])]
+    tables = []
+    chosen = doc.get("chosen") or doc.get("closest")
+    if chosen:
+        tables.append(_key_value_table("Chosen" if doc.get("chosen") else "Closest", [
+            (k.replace("_", " "), number(v)) for k, v in chosen.items()
+            if not isinstance(v, (dict, list))]))
+        tables.append(rows_table("Its pools", chosen.get("pools", [])))
+        tables.append(rows_table("Its targets", chosen.get("targets", [])))
+    summary = _key_value_table("Search", [(k.replace("_", " "), number(doc.get(k))) for k in (
+        "shapes_priced", "shapes_unfit", "candidates_screened", "candidates_verified")])
+    rows = [{k: v for k, v in c.items() if k not in ("pools", "targets")}
+            for c in doc.get("best_per_device", [])]
+    verified = [{k: v for k, v in c.items() if k not in ("pools", "targets")}
+                for c in doc.get("verified", [])]
+    return [Section(f"Plan: {doc.get('model', '')}", [summary, *tables], figures,
+                    [doc.get("verdict", ""), *doc.get("notes", [])]),
+            Section("Candidates", [rows_table("Best per device", rows),
+                                   rows_table("Verified by simulation", verified)])]
+
+
+def _front(front: dict[str, Any], candidates: dict[int, dict[str, Any]]) -> Figure:
+    x_key, y_key = front["x"], front["y"]
+    others = [c for c in candidates.values() if c.get(x_key) is not None and
+              c.get(y_key) is not None]
+    data = [{"type": "scatter", "mode": "markers", "name": "candidates",
+             "x": [c[x_key] for c in others], "y": [c[y_key] for c in others],
+             "text": [c.get("label", "") for c in others], "marker": {"color": "#bbb"},
+             "hovertemplate": "%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>"},
+            {"type": "scatter", "mode": "lines+markers", "name": f"front ({front['source']})",
+             "x": [p[0] for p in front["points"]], "y": [p[1] for p in front["points"]],
+             "text": [candidates.get(i, {}).get("label", str(i)) for i in front["indices"]],
+             "marker": {"color": "#d62728", "size": 9},
+             "hovertemplate": "%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>"}]
+    title = f"Pareto front: {front['name']} ({front['source']})"
+    return Figure(title, data, _layout(title, x_key.replace("_", " "), y_key.replace("_", " ")))
+
+
 def _generic(doc: dict[str, Any]) -> list[Section]:
     """A document of a kind this module does not know: its scalars as one table, each list
     of records as a table, and a Pareto view of any list whose records carry per-user and
@@ -624,5 +671,5 @@ def _inputs_section(doc: Any) -> Section:
 BUILDERS: dict[str, Callable[[dict[str, Any]], list[Section]]] = {
     "estimate": _estimate, "estimate-sweep": _estimate_sweep, "explain": _explain,
     "batch-sweep": _batch_sweep, "compare": _compare, "tp-scaling": _tp_scaling,
-    "simulate": _simulate, "validate": _validate, "profile": _profile,
+    "simulate": _simulate, "validate": _validate, "profile": _profile, "plan": _plan,
 }

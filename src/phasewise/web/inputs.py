@@ -22,6 +22,8 @@ MAX_UPLOAD_BYTES = 1 << 20
 # Simulated requests one web job may ask for: a few seconds of simulation here.
 MAX_WEB_REQUESTS = 5000
 MAX_WEB_RATES = 8
+# Candidates a web plan simulates to verify the analytic screen.
+WEB_PLAN_VERIFY = 4
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -55,6 +57,8 @@ class Form(BaseModel):
     num_requests: str = "200"
     max_num_seqs: str = "256"
     seed: str = "0"
+    ttft_slo: str = "1s"
+    tpot_slo: str = "50ms"
 
 
 def blank_to_none(value: str | None) -> str | None:

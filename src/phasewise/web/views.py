@@ -128,14 +128,30 @@ def simulate_view(form: Form) -> dict[str, Any]:
 
 
 def plan_view(form: Form) -> Any:
-    """The planner through its CLI verb (catalog names only: a verb reads no uploads)."""
+    """The planner through its CLI verb (catalog names only: the verb reads no uploads), on
+    one worker and with a few candidates verified, so that a web plan stays short."""
     from phasewise.commands.report import run_verb
 
     if form.model_upload or form.hardware_upload:
         raise InputError("the plan view takes catalog models and devices; uploads work in the "
                          "other views.")
-    return run_verb("plan", ["--model", form.model, "--hardware", form.hardware,
-                             "--isl", form.isl, "--osl", form.osl])
+    n, rates = simulate_bounds(form)
+    if len(rates) != 1:
+        raise InputError(f"--rate {form.rate}: the plan view takes one request rate.")
+    return run_verb("plan", plan_flags(form) + ["--workers", "1", "--no-progress"])
+
+
+def plan_flags(form: Form) -> list[str]:
+    """The plan verb's flags for this form; an empty device list searches the catalog."""
+    from phasewise.web.inputs import WEB_PLAN_VERIFY
+
+    flags = ["--model", form.model.strip()]
+    if form.hardware.strip():
+        flags += ["--hardware", form.hardware.strip()]
+    return flags + ["--isl", form.isl.strip(), "--osl", form.osl.strip(), "--rate",
+                    form.rate.strip(), "--ttft", form.ttft_slo.strip(), "--tpot",
+                    form.tpot_slo.strip(), "--verify", str(WEB_PLAN_VERIFY), "--num-requests",
+                    form.num_requests.strip()]
 
 
 def plan_available() -> bool:
@@ -153,6 +169,8 @@ def cli_command(view: str, form: Form) -> str:
     """The command line that computes the same document (uploads shown as FILE)."""
     import shlex
 
+    if view == "plan":
+        return shlex.join(["phasewise", "plan", *plan_flags(form), "--format", "json"])
     model = "CONFIG.json" if form.model_upload else form.model
     words = ["phasewise", view, "--model", model]
     hardware = ",".join(filter(None, [form.hardware.strip(),

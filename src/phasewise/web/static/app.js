@@ -3,7 +3,7 @@
 "use strict";
 const FIELDS = ["model", "hardware", "isl", "osl", "batch_size", "weight_dtype", "act_dtype",
   "kv_dtype", "kv_keep", "tp", "pp", "ep", "engine", "cost", "rank_by", "batch_sweep",
-  "scheduler", "rate", "num_requests", "max_num_seqs", "seed"];
+  "scheduler", "rate", "num_requests", "max_num_seqs", "seed", "ttft_slo", "tpot_slo"];
 const LONG_VIEWS = ["simulate", "plan"];
 const state = {view: "estimate", uploads: {}, result: null, seq: 0, job: null, abort: null,
   timer: null, maxUpload: 1 << 20};
@@ -229,9 +229,9 @@ function selectView(view) {
   state.view = view;
   document.querySelectorAll("#views button").forEach((b) =>
     b.setAttribute("aria-selected", String(b.dataset.view === view)));
-  for (const name of ["compare", "explain", "simulate"]) {
-    document.querySelectorAll(`.for-${name}`).forEach((el) => { el.hidden = view !== name; });
-  }
+  document.querySelectorAll("fieldset[class^=for-]").forEach((el) => {
+    el.hidden = !el.classList.contains(`for-${view}`);
+  });
 }
 
 async function init() {
