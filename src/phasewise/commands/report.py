@@ -67,6 +67,7 @@ def run_verb(verb: str, args: list[str]) -> Any:
     """Run ``phasewise VERB ARGS --format json`` in this process and return its document."""
     import click
 
+    import phasewise.cli  # noqa: F401 - registers every verb on the app
     from phasewise.commands._app import app as root
 
     if verb not in {c.name or c.callback.__name__ for c in root.registered_commands}:

@@ -155,6 +155,7 @@ def plan_flags(form: Form) -> list[str]:
 
 
 def plan_available() -> bool:
+    import phasewise.cli  # noqa: F401 - registers every verb on the app
     from phasewise.commands._app import app
 
     return any((c.name or c.callback.__name__) == "plan" for c in app.registered_commands)
