@@ -204,3 +204,14 @@ def test_the_plan_job_is_the_clis_document(client, phasewise_cli):
     assert state["state"] == "done", state
     words = started["command"].split()[1:]
     assert state["document"] == json.loads(phasewise_cli(*words, "--workers", "1").stdout)
+
+
+def test_ui_on_a_taken_port_is_one_line_and_exit_2(phasewise_cli):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = phasewise_cli("ui", "--port", str(port), check=False)
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -33,7 +33,20 @@ def ui(
         raise InputError(f"--port {port}: give a port between 1 and 65535.")
     if not job_seconds > 0:
         raise InputError(f"--job-seconds {job_seconds}: give a positive number of seconds.")
+    _check_free(host, port)
     if host != LOCAL_HOST:
         sys.stderr.write(f"warning: listening on {host}: other machines can reach the app.\n")
     sys.stderr.write(f"phasewise ui on http://{host}:{port}/ (Ctrl-C stops it)\n")
     uvicorn.run(create_app(job_seconds=job_seconds), host=host, port=port, log_level="warning")
+
+
+def _check_free(host: str, port: int) -> None:
+    """A clear line when the address cannot be listened on (taken, or not this machine's)."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as err:
+        raise InputError(f"cannot listen on {host}:{port} ({err.strerror}); give another "
+                         "--port, or a --host of this machine.") from None

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from phasewise.errors import InputError
-from phasewise.report.sections import Section, Table, build_sections, document_kind
+from phasewise.report.sections import Section, build_sections, document_kind
+from phasewise.report.tables import Table
 from phasewise.version import __version__
 
 STYLE = """

@@ -13,34 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from phasewise.report import units
+from phasewise.report.figures import (CLASS_COLOURS, PHASE_COLOURS, Figure, bars, lines,
+                                      pareto, plot_layout, roofline)
+from phasewise.report.tables import Cell, Table, key_value_table, number, rows_table, scalars
 
 BYTE_CLASSES = ("weights", "kv_read", "kv_write", "activations", "network")
-PHASE_COLOURS = {"prefill": "#1f77b4", "decode": "#d62728"}
-CLASS_COLOURS = {"weights": "#4c78a8", "kv_read": "#f58518", "kv_write": "#e45756",
-                 "activations": "#72b7b2", "network": "#54a24b", "gemm": "#4c78a8",
-                 "attention": "#f58518", "elementwise": "#72b7b2", "communication": "#54a24b"}
-
-
-@dataclass(frozen=True)
-class Cell:
-    """A shown string, and the exact value behind it (kept in the page for copying and tests)."""
-
-    text: str
-    value: Any = None
-
-
-@dataclass(frozen=True)
-class Table:
-    title: str
-    columns: list[str]
-    rows: list[list[Cell]]
-
-
-@dataclass(frozen=True)
-class Figure:
-    title: str
-    data: list[dict[str, Any]]
-    layout: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -92,151 +69,12 @@ def build_sections(doc: dict[str, Any]) -> list[Section]:
     return sections + [_inputs_section(doc)]
 
 
-# ---------------------------------------------------------------- cells and tables
-
-
-def number(value: Any, how: Callable[[float], str] | None = None) -> Cell:
-    if value is None:
-        return Cell("—")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return Cell(str(value), value)
-    return Cell(how(value) if how else _plain(value), value)
-
-
-def _plain(value: float) -> str:
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:.4g}"
-
-
-def _key_value_table(title: str, pairs: list[tuple[str, Cell]]) -> Table:
-    return Table(title, ["quantity", "value"], [[Cell(name), cell] for name, cell in pairs])
-
-
-def rows_table(title: str, rows: list[dict[str, Any]], columns: list[str] | None = None) -> Table:
-    """A list of flat records as a table: one column per key (nested values as text); a
-    list of plain values is one column."""
-    rows = [r if isinstance(r, dict) else {"value": r} for r in rows]
-    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
-    body = [[_auto_cell(row.get(c)) for c in columns] for row in rows]
-    return Table(title, columns, body)
-
-
-def _auto_cell(value: Any) -> Cell:
-    if isinstance(value, (dict, list)):
-        return Cell(_compact(value), None)
-    return number(value)
-
-
-def _compact(value: Any) -> str:
-    import json
-
-    return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)
-
-
-def _scalars(doc: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            out.extend(_scalars(value, f"{prefix}{key}."))
-        elif not isinstance(value, list):
-            out.append((f"{prefix}{key}", value))
-    return out
-
-
-# ---------------------------------------------------------------- plot helpers
-
-
-def _layout(title: str, x_title: str, y_title: str, *, log_x: bool = False,
-            log_y: bool = False, **extra: Any) -> dict[str, Any]:
-    layout = {"title": {"text": title}, "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
-              "xaxis": {"title": {"text": x_title}}, "yaxis": {"title": {"text": y_title}},
-              "legend": {"orientation": "h", "y": -0.2}, "height": 420}
-    for axis, log in (("xaxis", log_x), ("yaxis", log_y)):
-        if log:
-            layout[axis]["type"] = "log"
-    layout.update(extra)
-    return layout
-
-
-def roofline(title: str, hardware: dict[str, Any], phases: list[dict[str, Any]]) -> Figure:
-    """Attainable FLOP/s against arithmetic intensity: the bandwidth slope and the compute
-    roof meeting at the device's ridge (peak ÷ bandwidth, as the document gives it), with
-    each phase at its intensity and achieved rate (measured, or the document's MFU × peak)."""
-    peak = hardware["peak_flops_per_s"]
-    bandwidth = hardware["memory_bandwidth_bytes_per_s"]
-    ridge = hardware["ridge_point"]
-    intensities = [p["arithmetic_intensity"] for p in phases if p.get("arithmetic_intensity")]
-    low = min([ridge / 100, *intensities]) / 10
-    high = max([ridge * 100, *intensities]) * 10
-    data = [{"type": "scatter", "mode": "lines", "name": "roofline",
-             "x": [low, ridge, high], "y": [bandwidth * low, peak, peak],
-             "line": {"color": "#555"}, "hovertemplate": "%{x:.3g} FLOP/B: %{y:.3s}FLOP/s"},
-            {"type": "scatter", "mode": "lines", "name": f"ridge {ridge:,.0f} FLOP/B",
-             "x": [ridge, ridge], "y": [bandwidth * low, peak],
-             "line": {"color": "#999", "dash": "dot"}}]
-    for phase in phases:
-        name = phase.get("phase", "")
-        data.append({"type": "scatter", "mode": "markers+text", "name": phase.get("label", name),
-                     "x": [phase["arithmetic_intensity"]],
-                     "y": [phase.get("achieved_flops_per_s") or phase["mfu"] * peak],
-                     "text": [f"{phase.get('label', name)} ({phase.get('bound', '')}-bound)"],
-                     "textposition": "top right",
-                     "marker": {"size": 12, "color": PHASE_COLOURS.get(name, "#333")}})
-    return Figure(title, data, _layout(title, "arithmetic intensity (FLOP/byte)",
-                                       "FLOP/s", log_x=True, log_y=True))
-
-
-def bars(title: str, categories: list[Any], series: dict[str, list[Any]], category_title: str,
-         value_title: str, *, stack: bool = False, log_value: bool = False,
-         horizontal: bool = False, ranked: bool = False) -> Figure:
-    """One bar per category and series; ``ranked`` lets the browser order the categories by
-    their value, smallest first."""
-    data = []
-    for name, values in series.items():
-        trace = {"type": "bar", "name": name, "marker": {"color": CLASS_COLOURS.get(name)}}
-        trace.update({"y": categories, "x": values, "orientation": "h"} if horizontal else
-                     {"x": categories, "y": values})
-        data.append(trace)
-    x_title, y_title = (value_title, category_title) if horizontal else (category_title,
-                                                                         value_title)
-    layout = _layout(title, x_title, y_title, log_x=log_value and horizontal,
-                     log_y=log_value and not horizontal, barmode="stack" if stack else "group")
-    category_axis = layout["yaxis" if horizontal else "xaxis"]
-    if ranked:
-        category_axis["categoryorder"] = "total ascending"
-    if horizontal:
-        layout["height"] = max(420, 16 * len(categories) * max(1, len(series)) + 140)
-        category_axis["autorange"] = "reversed"
-        layout["margin"]["l"] = 170
-    return Figure(title, data, layout)
-
-
-def lines(title: str, x: list[Any], series: dict[str, list[Any]], x_title: str, y_title: str,
-          *, log_x: bool = False, log_y: bool = False) -> Figure:
-    data = [{"type": "scatter", "mode": "lines+markers", "name": name, "x": x, "y": values}
-            for name, values in series.items()]
-    return Figure(title, data, _layout(title, x_title, y_title, log_x=log_x, log_y=log_y))
-
-
-def pareto(title: str, points: list[dict[str, Any]], x_key: str, y_key: str,
-           label_key: str) -> Figure:
-    """Per-user speed against per-device throughput, one marker per configuration (the
-    front is the upper-right edge; each point's label says what it is)."""
-    chosen = [p for p in points if p.get(x_key) is not None and p.get(y_key) is not None]
-    data = [{"type": "scatter", "mode": "markers+lines", "name": "configurations",
-             "x": [p[x_key] for p in chosen], "y": [p[y_key] for p in chosen],
-             "text": [str(p.get(label_key, "")) for p in chosen],
-             "hovertemplate": "%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>"}]
-    return Figure(title, data, _layout(title, x_key.replace("_", " "), y_key.replace("_", " ")))
-
-
 # ---------------------------------------------------------------- per kind
 
 
 def _estimate(doc: dict[str, Any]) -> list[Section]:
     phases = [doc["prefill"], doc["decode"]]
-    headline = _key_value_table("Headline", [
+    headline = key_value_table("Headline", [
         ("TTFT", number(doc["ttft_s"], units.seconds)),
         ("TPOT", number(doc["tpot_s"], units.seconds)),
         ("end-to-end latency", number(doc["e2el_s"], units.seconds)),
@@ -263,9 +101,9 @@ def _estimate(doc: dict[str, Any]) -> list[Section]:
     sections = [Section(f"Estimate: {doc['inputs']['model']} on {doc['hardware']['display_name']}",
                         [headline, phase_table], figures[:2], list(doc.get("warnings") or []))]
     sections.append(Section("Bytes and memory", [
-        _key_value_table("Memory per device", [(k.replace("_", " "), number(
+        key_value_table("Memory per device", [(k.replace("_", " "), number(
             v, units.gigabytes if k.endswith("bytes") else None)) for k, v in doc["memory"].items()]),
-        _key_value_table("Cost and energy", [(k.replace("_", " "), number(v)) for k, v in
+        key_value_table("Cost and energy", [(k.replace("_", " "), number(v)) for k, v in
                                              (doc.get("cost_energy") or {}).items()])],
         figures[2:]))
     if doc.get("ops"):
@@ -292,7 +130,7 @@ def _time_by_class(doc: dict[str, Any]) -> Figure:
                  "hovertemplate": "%{hovertext}: %{y:.3s}s<extra>%{fullData.name}</extra>"}
                 for kind in kinds]
         title = "Expected time by operator class, per phase (share of the step)"
-        return Figure(title, data, _layout(title, "phase", "% of the step's expected time",
+        return Figure(title, data, plot_layout(title, "phase", "% of the step's expected time",
                                            barmode="stack", barnorm="percent"))
     phases = [doc["prefill"], doc["decode"]]
     return bars("Time per step by bound, per phase (floors and expected)",
@@ -357,7 +195,7 @@ def _explain(doc: dict[str, Any]) -> list[Section]:
         for key in ("operation", "bound", "hardware_figure", "sets", "latency_s", "grows_with_prompt",
                     "grows_with_output", "grows_with_batch", "arithmetic_intensity", "ridge_point",
                     "sol_time_s", "attention_share", "kv_bytes_share")])
-    turning = _key_value_table("Turning points", [
+    turning = key_value_table("Turning points", [
         (k.replace("_", " "), number(doc.get(k))) for k in (
             "decode_context_tokens", "decode_compute_bound_batch", "decode_intensity_limit",
             "decode_compute_bound_batch_short_context", "max_batch_size",
@@ -370,7 +208,7 @@ def _explain(doc: dict[str, Any]) -> list[Section]:
          "marker": {"color": [PHASE_COLOURS["prefill"], PHASE_COLOURS["decode"]]}},
         {"type": "scatter", "mode": "lines", "name": f"device ridge {ridge:,.0f} FLOP/B",
          "x": ["prefill", "decode"], "y": [ridge, ridge], "line": {"dash": "dash", "color": "#000"}}],
-        _layout(title, "phase", "FLOP/byte", log_y=True))
+        plot_layout(title, "phase", "FLOP/byte", log_y=True))
     sections = [Section(f"Explain: {doc['inputs']['model']} on {doc['hardware_display_name']}",
                         [words, turning], [figure], list(doc.get("summary") or []))]
     if doc.get("batch_sweep"):
@@ -420,7 +258,7 @@ def _compare(doc: dict[str, Any]) -> list[Section]:
                       [dict(r, device=n) for r, n in zip(results, names)], "ttft_s", "tpot_s",
                       "device")]
     figures[-1].data[0]["mode"] = "markers"
-    winners = _key_value_table("Winners", [(k, Cell(str(v), v)) for k, v in doc["winners"].items()])
+    winners = key_value_table("Winners", [(k, Cell(str(v), v)) for k, v in doc["winners"].items()])
     skipped = rows_table("Left out", [{"device": k, "why": v} for k, v in doc["skipped"].items()])
     title = f"Compare: {doc['model']}, ranked by {doc['rank_by']}"
     return [Section(title, [winners, rows_table("Ranking", results)], figures),
@@ -440,7 +278,7 @@ def _tp_scaling(doc: dict[str, Any]) -> list[Section]:
                lines("Share of each phase spent on the network", tps,
                      {"prefill": [p["prefill_network_share"] for p in points],
                       "decode": [p["decode_network_share"] for p in points]}, "TP", "share")]
-    summary = _key_value_table("Scaling", [(k.replace("_", " "), number(doc.get(k))) for k in (
+    summary = key_value_table("Scaling", [(k.replace("_", " "), number(doc.get(k))) for k in (
         "link", "best_tp_for_tpot", "best_tp_for_ttft", "tp_stops_paying_at")])
     return [Section(f"TP scaling: {doc['model']} on {doc['hardware']}",
                     [summary, rows_table("Degrees", points)], figures)]
@@ -463,7 +301,7 @@ def _latency_section(run: dict[str, Any]) -> Section:
     figure = bars("Latency percentiles", [s.removesuffix("_s") for s in stats],
                   {m.upper(): [run[m].get(s) for s in stats] for m in metrics if run.get(m)},
                   "statistic", "seconds", log_value=True)
-    scalars = _key_value_table("Run", [(k.replace("_", " "), number(v)) for k, v in run.items()
+    scalars = key_value_table("Run", [(k.replace("_", " "), number(v)) for k, v in run.items()
                                        if not isinstance(v, (dict, list)) and k not in
                                        ("schema_version", "tool_version")])
     pools = rows_table("Pools", run["inputs"].get("pools", []))
@@ -538,7 +376,7 @@ def _validate(doc: dict[str, Any]) -> list[Section]:
                      "x": [min(values), max(values)], "y": [min(values), max(values)],
                      "line": {"color": "#888", "dash": "dash"}})
     figure = Figure("Predicted against measured", data,
-                    _layout("Predicted against measured (each row in its own unit)",
+                    plot_layout("Predicted against measured (each row in its own unit)",
                             "measured", "predicted", log_x=True, log_y=True, height=560))
     return [Section("Validate: " + str(doc.get("mode", "")), [rows_table("Scores", doc["scores"])],
                     [figure], [str(doc.get("error_definition", ""))]),
@@ -570,7 +408,7 @@ def _profile(doc: dict[str, Any]) -> list[Section]:
                                 "bandwidth)", measured,
                                 [dict(p, label=label) for p, label in zip(points, labels)]))
     return [Section(f"Profile: {doc['model']} on {ceilings.get('device_name', doc.get('device'))}",
-                    [_key_value_table("Ceilings", [(k, number(v)) for k, v in _scalars(ceilings)]),
+                    [key_value_table("Ceilings", [(k, number(v)) for k, v in scalars(ceilings)]),
                      table], figures, list(ceilings.get("notes") or []))]
 
 
@@ -585,12 +423,12 @@ def _plan(doc: dict[str, Any]) -> list[Section]:
     tables = []
     chosen = doc.get("chosen") or doc.get("closest")
     if chosen:
-        tables.append(_key_value_table("Chosen" if doc.get("chosen") else "Closest", [
+        tables.append(key_value_table("Chosen" if doc.get("chosen") else "Closest", [
             (k.replace("_", " "), number(v)) for k, v in chosen.items()
             if not isinstance(v, (dict, list))]))
         tables.append(rows_table("Its pools", chosen.get("pools", [])))
         tables.append(rows_table("Its targets", chosen.get("targets", [])))
-    summary = _key_value_table("Search", [(k.replace("_", " "), number(doc.get(k))) for k in (
+    summary = key_value_table("Search", [(k.replace("_", " "), number(doc.get(k))) for k in (
         "shapes_priced", "shapes_unfit", "candidates_screened", "candidates_verified")])
     rows = [{k: v for k, v in c.items() if k not in ("pools", "targets")}
             for c in doc.get("best_per_device", [])]
@@ -616,7 +454,7 @@ def _front(front: dict[str, Any], candidates: dict[int, dict[str, Any]]) -> Figu
              "marker": {"color": "#d62728", "size": 9},
              "hovertemplate": "%{text}<br>%{x:.4g}, %{y:.4g}<extra></extra>"}]
     title = f"Pareto front: {front['name']} ({front['source']})"
-    return Figure(title, data, _layout(title, x_key.replace("_", " "), y_key.replace("_", " ")))
+    return Figure(title, data, plot_layout(title, x_key.replace("_", " "), y_key.replace("_", " ")))
 
 
 def _generic(doc: dict[str, Any]) -> list[Section]:
@@ -625,7 +463,7 @@ def _generic(doc: dict[str, Any]) -> list[Section]:
     per-device throughput."""
     if not isinstance(doc, dict):
         return [Section("Document", [rows_table("Values", [{"value": doc}])])]
-    tables = [_key_value_table("Values", [(k, number(v)) for k, v in _scalars(doc)])]
+    tables = [key_value_table("Values", [(k, number(v)) for k, v in scalars(doc)])]
     figures = []
     for key, value in _record_lists(doc):
         tables.append(rows_table(key, value))
@@ -654,7 +492,7 @@ def _record_lists(doc: dict[str, Any], prefix: str = "") -> list[tuple[str, list
 
 
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
-    return dict(_scalars(record)) | {k: v for k, v in record.items() if isinstance(v, list)}
+    return dict(scalars(record)) | {k: v for k, v in record.items() if isinstance(v, list)}
 
 
 def _inputs_section(doc: Any) -> Section:
@@ -662,10 +500,10 @@ def _inputs_section(doc: Any) -> Section:
         return Section("Inputs")
     inputs = doc.get("inputs")
     if isinstance(inputs, dict):
-        pairs = _scalars(inputs)
+        pairs = scalars(inputs)
     else:
         pairs = [(k, v) for k, v in doc.items() if not isinstance(v, (dict, list))]
-    return Section("Inputs", [_key_value_table("Inputs", [(k, number(v)) for k, v in pairs])])
+    return Section("Inputs", [key_value_table("Inputs", [(k, number(v)) for k, v in pairs])])
 
 
 BUILDERS: dict[str, Callable[[dict[str, Any]], list[Section]]] = {
