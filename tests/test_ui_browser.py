@@ -146,6 +146,12 @@ def test_an_invalid_input_shows_the_clis_error(page, server):
     stderr = cli("estimate", "--isl", "12x").stderr.strip()
     assert stderr == f"error: {shown}"
     assert "Traceback" not in page.content()
+    assert "stale" in page.get_attribute("#result", "class")  # the old answer is greyed out
+    assert page.is_disabled("#download-json")
+    page.screenshot(path=str(ARTEFACTS / "ui-error.png"))
+    page.fill("#isl", "1024")
+    page.wait_for_selector("#error", state="hidden", timeout=60_000)
+    wait_for_command(page, "--isl 1024")
 
 
 def test_the_share_link_restores_the_same_inputs(page, server, browser):

@@ -57,6 +57,12 @@ function setStatus(text) { $("status").textContent = text; }
 function showError(message) {
   $("error").textContent = message;
   $("error").hidden = !message;
+  if (message) {  // the answer below belongs to earlier inputs
+    $("result").classList.add("stale");
+    $("command").hidden = true;
+    $("download-json").disabled = true;
+    $("download-report").disabled = true;
+  }
 }
 
 function fill(select, values, labels) {
@@ -84,6 +90,7 @@ function showResult(answer, command) {
   const root = $("result");
   root.querySelectorAll("div.plot").forEach((div) => Plotly.purge(div));
   root.innerHTML = answer.html;
+  root.classList.remove("stale");
   root.setAttribute("data-kind", answer.kind);
   drawPlots(root, answer.plots);
   $("command").textContent = command || answer.command;
