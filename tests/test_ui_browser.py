@@ -136,6 +136,11 @@ def test_a_users_choices_give_the_clis_numbers(page, server):
     with page.expect_download() as download:
         page.click("#download-json")
     assert json.loads(Path(download.value.path()).read_text()) == expected
+    with page.expect_download() as download:
+        page.click("#download-report")
+    report = Path(download.value.path()).read_text()
+    assert report.startswith("<!doctype html>")
+    assert f'"ttft_s":{json.dumps(expected["ttft_s"])}' in report
 
 
 def test_an_invalid_input_shows_the_clis_error(page, server):

@@ -215,3 +215,27 @@ def test_ui_on_a_taken_port_is_one_line_and_exit_2(phasewise_cli):
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_in_the_local_hf_cache_is_found_and_priced(client, tmp_path, monkeypatch):
+    snapshot = tmp_path / "models--acme--tiny-qwen" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text((MODELS_DIR / "qwen2.5-7b.json").read_text())
+    (tmp_path / "models--acme--tiny-qwen" / "refs").mkdir()
+    (tmp_path / "models--acme--tiny-qwen" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert client.get("/api/models", params={"q": "acme"}).json()["cache"] == ["acme/tiny-qwen"]
+    cached = client.post("/api/view/estimate", json=FORM | {"model": "acme/tiny-qwen"}).json()
+    catalog = client.post("/api/view/estimate", json=FORM).json()
+    assert cached["document"]["inputs"]["model"] == "acme/tiny-qwen"
+    assert cached["document"]["tpot_s"] == catalog["document"]["tpot_s"]
+
+
+def test_an_upload_over_its_limit_is_refused():
+    from phasewise.web.inputs import MAX_UPLOAD_BYTES
+
+    with TestClient(create_app(), raise_server_exceptions=False) as c:
+        response = c.post("/api/view/estimate",
+                          json=FORM | {"model_upload": "{" + " " * MAX_UPLOAD_BYTES + "}"})
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("model_upload: String should have at most")
