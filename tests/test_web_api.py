@@ -239,3 +239,16 @@ def test_an_upload_over_its_limit_is_refused():
                           json=FORM | {"model_upload": "{" + " " * MAX_UPLOAD_BYTES + "}"})
     assert response.status_code == 400
     assert response.json()["error"].startswith("model_upload: String should have at most")
+
+
+def test_a_request_from_another_sites_name_or_without_json_is_refused(client):
+    guarded = TestClient(create_app(allowed_hosts=["127.0.0.1", "localhost"]),
+                         base_url="http://evil.example", raise_server_exceptions=False)
+    assert guarded.get("/api/options").status_code == 400
+    local = TestClient(create_app(allowed_hosts=["127.0.0.1", "localhost"]),
+                       base_url="http://127.0.0.1:8765")
+    assert local.get("/api/options").status_code == 200
+    response = client.post("/api/view/estimate", content=json.dumps(FORM),
+                           headers={"content-type": "text/plain"})
+    assert response.status_code == 400
+    assert "application/json" in response.json()["error"]

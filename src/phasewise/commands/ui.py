@@ -37,7 +37,9 @@ def ui(
     if host != LOCAL_HOST:
         sys.stderr.write(f"warning: listening on {host}: other machines can reach the app.\n")
     sys.stderr.write(f"phasewise ui on http://{host}:{port}/ (Ctrl-C stops it)\n")
-    uvicorn.run(create_app(job_seconds=job_seconds), host=host, port=port, log_level="warning")
+    hosts = ["127.0.0.1", "localhost"] if host == LOCAL_HOST else None
+    uvicorn.run(create_app(job_seconds=job_seconds, allowed_hosts=hosts), host=host, port=port,
+                log_level="warning")
 
 
 def _check_free(host: str, port: int) -> None:

@@ -39,8 +39,14 @@ class BodyTooLarge(InputError):
     """A request body over its limit (answered 413)."""
 
 
-def create_app(*, job_seconds: float = 120.0) -> FastAPI:
+def create_app(*, job_seconds: float = 120.0, allowed_hosts: list[str] | None = None) -> FastAPI:
+    """The app. ``allowed_hosts``: the Host names a request may carry (a page on another
+    site that resolves its own name to 127.0.0.1 is refused); None accepts any."""
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
     app = FastAPI(title="phasewise", docs_url=None, redoc_url=None, openapi_url=None)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
     jobs = Jobs(job_seconds)
     app.router.on_shutdown.append(jobs.close)
 
@@ -146,6 +152,9 @@ def _form(body: Any) -> Form:
 async def read_json(request: Any, limit: int) -> Any:
     """The request body as JSON, read in memory up to ``limit`` bytes (a larger body is
     refused before it is all read)."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        # A page on another site can send a plain form here without asking; JSON it cannot.
+        raise InputError("send the request as application/json.")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"the request is {int(declared):,} bytes; the limit is {limit:,}.")

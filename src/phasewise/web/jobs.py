@@ -8,7 +8,7 @@ import logging
 import multiprocessing
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from phasewise.errors import InputError
@@ -46,7 +46,6 @@ class Job:
     state: str = "running"
     document: Any = None
     error: str | None = None
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Jobs:
@@ -111,20 +110,17 @@ class Jobs:
             job.state = "done" if kind == "ok" else "error"
             job.document, job.error = (payload, None) if kind == "ok" else (None, payload)
             job.process.join(timeout=5)
-            job.done.set()
         elif time.monotonic() - job.started_s > self.limit_s:
             self._stop(job, "error", f"stopped after {self.limit_s:g} s, the web app's limit "
                                      "for one job; ask for fewer requests or load points.")
         elif not job.process.is_alive():
             job.state, job.error = "error", f"the {job.view} job ended without an answer."
-            job.done.set()
         return job.state
 
     def _stop(self, job: Job, state: str, message: str) -> None:
         job.process.terminate()
         job.process.join(timeout=5)
         job.state, job.error = state, message
-        job.done.set()
 
     def _forget_old(self) -> None:
         finished = [k for k, j in self._jobs.items() if j.state != "running"]
