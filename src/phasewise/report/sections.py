@@ -339,6 +339,7 @@ def _load_sweep(runs: list[dict[str, Any]], verdict: str | None) -> Section:
     throughput.data[1]["yaxis"] = "y2"
     throughput.layout["yaxis2"] = {"title": {"text": "requests/s served"}, "overlaying": "y",
                                    "side": "right"}
+    throughput.layout["margin"]["r"] = 70
     figures.append(throughput)
     points = [dict(r, configuration=f"{r['inputs']['scheduler']} @ {_load_label(r)}") for r in runs]
     figures.append(pareto("Pareto: tokens/s per user against tokens/s per GPU", points,
