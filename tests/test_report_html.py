@@ -284,7 +284,7 @@ def test_the_rebuilt_command_writes_the_same_document(phasewise_cli):
 @pytest.mark.parametrize("args, message", [
     (["missing.json"], "no such file, nor a verb to run"),
     (["estimate", "--model", "no-such-model"], "unknown model 'no-such-model'"),
-    (["estimate", "--isl", "abc"], "--isl: 'abc' is not a valid value"),
+    (["estimate", "--isl", "abc"], "--isl 'abc': not a number"),
 ])
 def test_bad_report_input_ends_with_one_line_and_exit_2(phasewise_cli, tmp_path, args, message):
     result = phasewise_cli("report", *args, "-o", str(tmp_path / "r.html"), check=False)

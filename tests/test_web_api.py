@@ -81,9 +81,9 @@ def test_an_uploaded_sheet_prices_as_the_catalog_device(client):
 
 @pytest.mark.parametrize("change, message", [
     ({"model": "no-such-model"}, "unknown model 'no-such-model'."),
-    ({"isl": "abc"}, "--isl: 'abc' is not a valid value; give a whole number"),
+    ({"isl": "abc"}, "--isl 'abc': not a number; give one such as 1."),
     ({"hardware": "no-such-gpu"}, "unknown hardware 'no-such-gpu'."),
-    ({"kv_keep": "half"}, "--kv-keep half: give a number such as 0.5."),
+    ({"kv_keep": "half"}, "--kv-keep 'half': not a number; give one such as 0.5."),
     ({"model_upload": "{not json"}, "uploaded config.json: not valid JSON"),
     ({"model_upload": "[1, 2]"}, "uploaded config.json: the file holds no JSON object"),
     ({"hardware_upload": "name = "}, "uploaded hardware sheet: not valid TOML"),

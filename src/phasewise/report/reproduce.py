@@ -21,9 +21,14 @@ _COMPARE_FLAGS = (("model", "--model"), ("isl", "--isl"), ("osl", "--osl"),
 
 
 def _flags(values: dict[str, Any], table: tuple[tuple[str, str], ...]) -> list[str]:
+    """The flags of the recorded inputs. Weight formats that came from the checkpoint (or its
+    lack of one) are left to --weight-dtype's default, auto, which reads them again."""
     out: list[str] = []
+    from_flag = values.get("formats_source") in (None, "--weight-dtype")
     for key, flag in table:
         value = values.get(key)
+        if key == "weight_dtype" and not from_flag:
+            continue
         if value is not None:
             out += [flag, str(value)]
     return out

@@ -41,9 +41,9 @@ class Form(BaseModel):
     isl: str = "2048"
     osl: str = "256"
     batch_size: str = "1"
-    weight_dtype: str = "bf16"
+    weight_dtype: str = "auto"
     act_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
+    kv_dtype: str = "auto"
     kv_keep: str | None = None
     tp: str = "1"
     pp: str = "1"

@@ -7,6 +7,7 @@ These call the Python API the CLI calls (``estimate``, ``explain``, ``batch_swee
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from phasewise.errors import InputError
@@ -104,27 +105,34 @@ def simulate_bounds(form: Form) -> tuple[int, list[float]]:
 
 
 def simulate_view(form: Form) -> dict[str, Any]:
-    """The simulate verb's own steps (server, request stream, run, summary), bounded in
-    requests and load points so that a web job stays short."""
-    from phasewise.commands.simulate import _pools, _requests, _run, _server, _sweep_document
-    from phasewise.specs import Precision
+    """The simulate verb itself, run in process on the form's flags, bounded in requests and
+    load points so that a web job stays short. An uploaded config or sheet goes to a private
+    temporary folder for the run and is removed after it (never to a path a user names)."""
+    import tempfile
+
+    from phasewise.commands.report import run_verb
 
     n, rates = simulate_bounds(form)
-    server_args = dict(model=model_spec(form), precision=Precision(
-        form.weight_dtype.strip(), form.act_dtype.strip(), form.kv_dtype.strip()),
-        max_seqs=whole(form.max_num_seqs, "--max-num-seqs"), max_batched_tokens=None,
-        block_tokens=16, load_balancer="least-outstanding", kv_link="infiniband-ndr-400",
-        speculation=None, engine=blank_to_none(form.engine), calibration=None)
-    pools = _pools(_one_device(form), None, _parallelism(form), None, None, 1, None, None)
-    stream = dict(num_requests=n, isl=form.isl.strip(), osl=form.osl.strip(), arrival="poisson",
-                  cv=1.0, seed=whole(form.seed, "--seed"), prefix_hit_rate=0.0)
-    summaries = []
-    for rate in rates:
-        server = _server(form.scheduler.strip(), pools, server_args, blank_to_none(form.cost))
-        requests, workload = _requests({"rate": rate}, stream)
-        summaries.append(_run(server, requests, None, workload, None, 16, 4.0, False)[2])
-    docs = [s.model_dump(mode="json") for s in summaries]
-    return docs[0] if len(docs) == 1 else _sweep_document(docs, summaries, None)
+    flags = ["--isl", form.isl.strip(), "--osl", form.osl.strip(),
+             "--rate", ",".join(f"{r:g}" for r in rates), "--num-requests", str(n),
+             "--seed", form.seed.strip(), "--max-num-seqs", form.max_num_seqs.strip(),
+             "--weight-dtype", form.weight_dtype.strip(), "--act-dtype", form.act_dtype.strip(),
+             "--kv-dtype", form.kv_dtype.strip(), "--tp", form.tp.strip(), "--no-progress"]
+    if form.scheduler.strip():
+        flags += ["--scheduler", form.scheduler.strip()]
+    for flag, value in (("--engine", form.engine), ("--cost", form.cost)):
+        if blank_to_none(value):
+            flags += [flag, value.strip()]
+    with tempfile.TemporaryDirectory(prefix="phasewise-web-") as private:
+        model, hardware = form.model.strip(), form.hardware.strip()
+        if form.model_upload:
+            model = str(Path(private) / "config.json")
+            Path(model).write_text(form.model_upload, encoding="utf-8")
+        if form.hardware_upload:
+            hardware = str(Path(private) / "device.toml")
+            Path(hardware).write_text(form.hardware_upload, encoding="utf-8")
+        _one_device(form)  # one device in this view, with the CLI's error otherwise
+        return run_verb("simulate", ["--model", model, "--hardware", hardware, *flags])
 
 
 def plan_view(form: Form) -> Any:
