@@ -107,7 +107,7 @@ def choose(page) -> None:
                          ("#kv_dtype", "fp8")):
         page.fill(field, value)
     wait_for_command(page, "--model qwen2.5-7b --hardware a100-80gb-sxm --isl 1024 --osl 128 "
-                           "--weight-dtype bf16 --act-dtype bf16 --kv-dtype fp8")
+                           "--weight-dtype auto --act-dtype bf16 --kv-dtype fp8")
 
 
 def wait_for_command(page, text: str) -> None:
