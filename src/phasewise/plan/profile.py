@@ -90,7 +90,17 @@ def price_shape(model: ModelSpec, shape: PoolShape, traffic: Traffic, chunks: tu
                 max_seqs: tuple[int, ...], speculation: Speculation | None,
                 cost: str) -> Profile:
     """Price ``shape`` for every chunk size and batch limit; a shape that cannot hold the
-    model comes back with ``fits`` False and the reason."""
+    model, or whose device cannot run a step of it, comes back with ``fits`` False and the
+    reason."""
+    try:
+        return _price_shape(model, shape, traffic, chunks, max_seqs, speculation, cost)
+    except InputError as err:
+        return Profile(shape, False, str(err))
+
+
+def _price_shape(model: ModelSpec, shape: PoolShape, traffic: Traffic, chunks: tuple[int, ...],
+                 max_seqs: tuple[int, ...], speculation: Speculation | None,
+                 cost: str) -> Profile:
     cost_model = cost_for(CostChoice(cost, shape.engine), shape.device)
     par, prec, dev = shape.parallelism, shape.precision, shape.device
     try:
