@@ -28,13 +28,25 @@ def main() -> None:
                       SearchSpace(devices))
     for model in MODELS:
         pool = LocalPool()
+        marks: dict[str, list[float]] = {}
+
+        def progress(stage: str, total: int):  # noqa: ANN202 - records when tasks end
+            marks[stage] = [time.perf_counter()]
+            return lambda: marks[stage].append(time.perf_counter())
+
         start = time.perf_counter()
-        report = plan(Study(model, problem, verify=50, requests=600), executor=pool)[0]
+        report = plan(Study(model, problem, verify=50, requests=600), executor=pool,
+                      progress=progress)[0]
         elapsed = time.perf_counter() - start
         pool.close()
+        pricing = marks["pricing shapes"]
+        simulating = marks["simulating"]
         print(f"{model}: {report.candidates_screened:,} candidates screened on "
               f"{report.shapes_priced} shapes, {report.candidates_verified} simulated in "
-              f"{elapsed:.1f} s with {pool.workers} workers; {report.verdict}")
+              f"{elapsed:.1f} s with {pool.workers} workers (pricing {pricing[-1] - start:.1f} s, "
+              f"screening {simulating[0] - pricing[-1]:.1f} s, simulating "
+              f"{simulating[-1] - simulating[0]:.1f} s, report {time.perf_counter() - simulating[-1]:.1f} s)"
+              f"; {report.verdict}")
 
 
 if __name__ == "__main__":
