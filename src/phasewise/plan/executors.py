@@ -3,7 +3,8 @@
 A task is a module-level function and its arguments (frozen specs, picklable); each
 executor's ``map`` returns the results in the order of the tasks, whatever order they
 finish in, so every executor gives the same answer in the same order. ``on_done`` is
-called once per finished task (a progress bar).
+called once per finished task (a progress bar); ``parallelism`` is how many tasks run at
+once, which the search uses to size its tasks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Serial:
     """Every task in this process, one after another."""
 
     name = "serial"
+    parallelism = 1
 
     def map(self, tasks: Sequence[Task], on_done: Callable[[], None] | None = None) -> list:
         out = []
@@ -49,6 +51,7 @@ class LocalPool:
             workers = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                        else os.cpu_count() or 1)
         self.workers = workers
+        self.parallelism = workers
         self._pool = None
 
     def map(self, tasks: Sequence[Task], on_done: Callable[[], None] | None = None) -> list:
@@ -99,6 +102,7 @@ class RayExecutor:
                                  f"({err}); start one with `ray start --head`.") from None
             self._started = True
         self._remote = ray.remote(_run)
+        self.parallelism = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     def map(self, tasks: Sequence[Task], on_done: Callable[[], None] | None = None) -> list:
         ray = self._ray

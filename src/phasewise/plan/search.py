@@ -26,7 +26,7 @@ from phasewise.plan.screen import (STATUS_ORDER, Candidate, Problem, screen_colo
 from phasewise.plan.space import (PoolShape, Speculation, kv_formats, parallelisms,
                                   weight_formats)
 from phasewise.plan.types import PlanReport
-from phasewise.plan.verify import verify
+from phasewise.plan.verify import verify_group
 from phasewise.serving.kv_cache import kv_capacity
 from phasewise.specs import ModelSpec, Parallelism
 
@@ -79,19 +79,36 @@ def plan(*studies: Study, executor=None,  # noqa: ANN001
         p.profiles = mine
         screened.append(_screen(p, mine))
     picks = [_pick(cands, p.study.verify) for p, (cands, _) in zip(prepared, screened)]
-    vtasks = [(verify, (p.spec, c.layout, p.speculation, p.study.problem.traffic,
-                        p.study.problem.load, p.study.problem.targets),
-               dict(requests=p.study.requests, seed=p.study.seed,
-                    cost=p.study.problem.space.cost, link=p.study.problem.space.link))
-              for p, chosen in zip(prepared, picks) for c in chosen]
-    results = run.map([(_call, t) for t in vtasks],
-                      progress("simulating", len(vtasks)) if progress else None)
+    size = max(1, -(-sum(len(c) for c in picks) // getattr(run, "parallelism", 1)))
+    groups = [(p, group) for p, chosen in zip(prepared, picks)
+              for group in _groups(chosen, size)]
+    vtasks = [(_call, (verify_group, (p.spec, [c.layout for c in group], p.speculation,
+                                      p.study.problem.traffic, p.study.problem.load,
+                                      p.study.problem.targets),
+                       dict(requests=p.study.requests, seed=p.study.seed,
+                            cost=p.study.problem.space.cost, link=p.study.problem.space.link)))
+              for p, group in groups]
+    grouped = run.map(vtasks, progress("simulating", len(vtasks)) if progress else None)
+    found = {(id(p), c.index): v for (p, group), out in zip(groups, grouped)
+             for c, v in zip(group, out)}
+    results = [found[(id(p), c.index)] for p, chosen in zip(prepared, picks) for c in chosen]
     reports, offset = [], 0
     for p, (cands, evaluated), chosen in zip(prepared, screened, picks):
         mine = results[offset:offset + len(chosen)]
         offset += len(chosen)
         reports.append(build_report(p, cands, evaluated, dict(zip((c.index for c in chosen), mine))))
     return reports
+
+
+def _groups(chosen: list[Candidate], size: int) -> list[list[Candidate]]:
+    """Candidates on the same pool shapes, in runs of at most ``size`` (the simulations
+    over the executor's parallelism, so every worker gets a share): one task simulates a
+    run, and its simulations share their step prices."""
+    by_shape: dict[tuple, list[Candidate]] = {}
+    for c in chosen:
+        by_shape.setdefault((c.layout.prefill, c.layout.decode), []).append(c)
+    return [group[i:i + size] for group in by_shape.values()
+            for i in range(0, len(group), size)]
 
 
 def _call(fn, args: tuple, kwargs: dict):  # noqa: ANN001, ANN202

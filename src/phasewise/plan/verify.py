@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from phasewise.cost.registry import cost_model_for
 from phasewise.plan.profile import sim_speculation
 from phasewise.plan.screen import Layout
 from phasewise.plan.space import Load, Speculation, Target, Traffic
@@ -82,11 +84,43 @@ def trace_csv(requests: Requests) -> str:
     return "\n".join(rows) + "\n"
 
 
+class SharedPrices:
+    """The cost model ``phasewise simulate`` builds for one device, remembering every step
+    it prices, so simulations of layouts on the same device share the step prices their
+    engines compute (a step's price is a pure function of its operators, its math format
+    and the device: the answers are the ones the plain cost model gives)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._memo: dict = {}
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.inner, attribute)
+
+    def step_time(self, ledger: Any, hardware: Any) -> Any:
+        key = (ledger.ops, ledger.math_format, hardware)
+        timing = self._memo.get(key)
+        if timing is None:
+            timing = self._memo[key] = self.inner.step_time(ledger, hardware)
+        return timing
+
+
+def shared_prices(layout: Layout, cost: str) -> SharedPrices | None:
+    """A shared cost model for a layout whose pools run on one device type (a mixed
+    layout needs each device's own, which the simulator builds from the name)."""
+    if layout.decode is not None and layout.decode.device != layout.prefill.device:
+        return None
+    if layout.decode is not None and layout.decode.engine != layout.prefill.engine:
+        return None
+    return SharedPrices(cost_model_for(cost, layout.prefill.device, engine=layout.prefill.engine))
+
+
 def server_for(model: ModelSpec, layout: Layout, speculation: Speculation | None, cost: str,
-               link: str) -> Server:
+               link: str, prices: SharedPrices | None = None) -> Server:
     shape = layout.prefill
     common = dict(model=model, precision=shape.precision, max_seqs=layout.max_seqs,
-                  cost=cost, engine=shape.engine, kv_link=link,
+                  cost=prices or cost, engine=shape.engine, kv_link=link,
                   speculation=sim_speculation(speculation) if layout.speculating else None)
     if layout.kind == "aggregated":
         return Server(pool=Pool(shape.device, shape.parallelism, layout.replicas),
@@ -97,12 +131,22 @@ def server_for(model: ModelSpec, layout: Layout, speculation: Speculation | None
                   scheduler="disaggregated", **common)
 
 
+def verify_group(model: ModelSpec, layouts: list[Layout], speculation: Speculation | None,
+                 traffic: Traffic, load: Load, targets: tuple[Target, ...], *, requests: int,
+                 seed: int, cost: str, link: str) -> list[Verification]:
+    """Verify layouts of one shape one after another, sharing their step prices."""
+    prices = shared_prices(layouts[0], cost)
+    return [verify(model, layout, speculation, traffic, load, targets, requests=requests,
+                   seed=seed, cost=cost, link=link, prices=prices) for layout in layouts]
+
+
 def verify(model: ModelSpec, layout: Layout, speculation: Speculation | None, traffic: Traffic,
            load: Load, targets: tuple[Target, ...], *, requests: int, seed: int, cost: str,
-           link: str) -> Verification:
+           link: str, prices: SharedPrices | None = None) -> Verification:
     """Simulate ``layout`` serving the target load; the percentiles of each target."""
     stream, closed = draw_requests(traffic, load, requests, seed)
-    sim = simulate(server_for(model, layout, speculation, cost, link), stream, closed_loop=closed)
+    sim = simulate(server_for(model, layout, speculation, cost, link, prices), stream,
+                   closed_loop=closed)
     m = request_metrics(sim)
     values = {"ttft": m.ttft_s, "tpot": m.tpot_s[~np.isnan(m.tpot_s)], "itl": m.itl_s,
               "e2e": m.e2el_s}
