@@ -161,3 +161,11 @@ def test_bad_input_exits_2_with_one_line(argv, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
+
+
+def test_a_device_budget_bounds_every_layout_simulated():
+    report = _plan([RequestClass(1024, 128, 1.0)], 10.0,
+                   (Target("ttft", 2.0), Target("tpot", 0.1)), _space(max_devices=3), verify=4)
+    assert report.verified and all(r.devices <= 3 for r in report.verified)
+    over = [r for r in report.best_per_device if r.devices > 3]
+    assert all(r.screen_status == "over budget" for r in over)

@@ -79,3 +79,10 @@ def test_the_local_pool_gives_what_a_serial_run_gives():
     finally:
         pool.close()
     assert pooled == plan(study, executor=Serial())[0].model_dump(mode="json")
+
+
+def test_an_engine_profile_reaches_the_reproducing_command():
+    doc = json.loads(_run(SMALL + ["--hardware", "h100-sxm", "--engine", "vllm", "--rate", "4",
+                                   "--ttft", "1s", "--tpot", "50ms", "--format", "json"]))
+    assert doc["chosen"]["pools"][0]["engine"] == "vllm"
+    assert "--engine vllm" in doc["chosen"]["simulate_command"]

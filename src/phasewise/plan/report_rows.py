@@ -27,7 +27,8 @@ def build_report(prepared: Any, candidates: list[Candidate], screened: int,
     study, spec = prepared.study, prepared.spec
     problem = study.problem
     profiles = {p.shape: p for p in prepared.profiles}
-    rows = {c.index: _row(c, verified.get(c.index), prepared, profiles) for c in candidates}
+    by_index = {c.index: c for c in candidates}
+    rows = _Rows(lambda i: _row(by_index[i], verified.get(i), prepared, profiles))
     checked = sorted((rows[i] for i in verified), key=_cost_key)
     met = [r for r in checked if r.meets_slos]
     chosen = met[0] if met else None
@@ -46,8 +47,22 @@ def build_report(prepared: Any, candidates: list[Candidate], screened: int,
         tool_version=__version__, model=spec.name, inputs=_inputs(study, prepared),
         shapes_priced=len(prepared.shapes), shapes_unfit=prepared.unfit,
         candidates_screened=screened, candidates_verified=len(verified), chosen=chosen,
-        verdict=verdict, closest=closest, best_per_device=_best_per_device(rows, candidates),
-        verified=checked, fronts=_fronts(rows, checked), notes=notes)
+        verdict=verdict, closest=closest,
+        best_per_device=_best_per_device(rows, candidates, verified),
+        verified=checked, fronts=_fronts(candidates, checked, problem), notes=notes)
+
+
+class _Rows(dict):
+    """Candidate rows built when first asked for: a search keeps thousands of candidates
+    and the report shows a few."""
+
+    def __init__(self, build) -> None:  # noqa: ANN001
+        super().__init__()
+        self._build = build
+
+    def __missing__(self, index: int) -> CandidateRow:
+        row = self[index] = self._build(index)
+        return row
 
 
 def _cost_key(r: CandidateRow) -> tuple:
@@ -69,7 +84,7 @@ def _shortfall(r: CandidateRow) -> str:
     return "; ".join(parts) or r.screen_reason or "meets on the screen, not verified"
 
 
-def _best_screened(rows: dict[int, CandidateRow], candidates: list[Candidate]) -> CandidateRow | None:
+def _best_screened(rows: _Rows, candidates: list[Candidate]) -> CandidateRow | None:
     from phasewise.plan.search import rank_key
 
     if not candidates:
@@ -77,18 +92,23 @@ def _best_screened(rows: dict[int, CandidateRow], candidates: list[Candidate]) -
     return rows[min(candidates, key=rank_key).index]
 
 
-def _best_per_device(rows: dict[int, CandidateRow], candidates: list[Candidate]) -> list[CandidateRow]:
+def _best_per_device(rows: _Rows, candidates: list[Candidate],
+                     verified: dict[int, Verification]) -> list[CandidateRow]:
     """Per device type (and device pair): the cheapest verified layout meeting the SLOs,
     else the best the screen found."""
     from phasewise.plan.search import rank_key
 
-    best: dict[str, CandidateRow] = {}
+    first: dict[str, Candidate] = {}
     for c in sorted(candidates, key=rank_key):
-        r = rows[c.index]
+        first.setdefault(f"{c.layout.kind} {c.layout.device_types}", c)
+    best = {key: rows[c.index] for key, c in first.items()}
+    for index, v in verified.items():
+        if not v.met:
+            continue
+        r = rows[index]
         key = f"{r.layout} {r.device_types}"
-        current = best.get(key)
-        if current is None or (r.meets_slos and not current.meets_slos) or (
-                r.meets_slos and current.meets_slos and _cost_key(r) < _cost_key(current)):
+        current = best[key]
+        if not current.meets_slos or _cost_key(r) < _cost_key(current):
             best[key] = r
     return sorted(best.values(), key=lambda r: (not r.meets_slos, r.meets_slos is None,
                                                 _cost_key(r)))
@@ -210,15 +230,33 @@ def pareto(points: list[tuple[float, float, int]], x_larger: bool,
     return front
 
 
-def _fronts(rows: dict[int, CandidateRow], checked: list[CandidateRow]) -> list[Front]:
-    stable = [r for r in rows.values() if r.screen_status in ("meets", "misses at load")]
+def _analytic_point(c: Candidate, problem: Any) -> dict[str, float | None]:
+    """A candidate's position on the fronts from the screen's figures (as ``_row`` gives
+    them for a candidate not simulated)."""
+    pred, layout = c.prediction, c.layout
+    shares = [k.share for k in problem.traffic.classes]
+    out_tps = pred.request_rate * problem.traffic.mean_osl
+    return {"tokens_per_s_per_gpu": out_tps / layout.devices,
+            "tokens_per_s_per_user": 1.0 / pred.tpot_s if pred.tpot_s else 0.0,
+            "latency_s": class_percentile(pred.e2e_s, shares, DEFAULT_LATENCY_PERCENTILE),
+            "usd_per_million_output_tokens": (layout.usd_per_hour / SECONDS_PER_HOUR / out_tps
+                                              * TOKENS_PER_MILLION
+                                              if out_tps > 0 and layout.usd_per_hour > 0 else None)}
+
+
+def _fronts(candidates: list[Candidate], checked: list[CandidateRow], problem: Any) -> list[Front]:
+    stable = [(c.index, _analytic_point(c, problem)) for c in candidates
+              if c.prediction.status in ("meets", "misses at load")]
+    simulated = [(r.index, {k: getattr(r, k) for k in ("tokens_per_s_per_gpu",
+                                                       "tokens_per_s_per_user", "latency_s",
+                                                       "usd_per_million_output_tokens")})
+                 for r in checked]
     out = []
-    for source, pool in (("simulated", checked), ("analytic", stable)):
+    for source, pool in (("simulated", simulated), ("analytic", stable)):
         for name, x, y, xl, yl in (
                 ("throughput", "tokens_per_s_per_gpu", "tokens_per_s_per_user", True, True),
                 ("cost-latency", "latency_s", "usd_per_million_output_tokens", False, False)):
-            pts = [(getattr(r, x), getattr(r, y), r.index) for r in pool
-                   if getattr(r, y) is not None]
+            pts = [(p[x], p[y], i) for i, p in pool if p[y] is not None]
             front = pareto(pts, xl, yl)
             out.append(Front(name=name, x=x, y=y, x_larger_better=xl, y_larger_better=yl,
                              source=source, indices=[i for _, _, i in front],

@@ -25,6 +25,9 @@ MAX_REPLICAS = 4096
 # Disaggregated pairs kept as candidates per (prefill device, decode device) and status:
 # the cheapest few; every pair is evaluated and counted.
 PAIRS_KEPT = 4
+# Damped fixed-point steps of a closed loop's rate: each halves the distance to the
+# rate its latencies imply, so 40 leave 2⁻⁴⁰ of the first guess's error.
+CLOSED_LOOP_ITERATIONS = 40
 
 STATUS_ORDER = {"meets": 0, "misses at load": 1, "unstable": 2, "misses at idle": 3,
                 "over budget": 4}
@@ -150,14 +153,16 @@ def colocated(profile: Profile, problem: Problem, replicas: int, max_seqs: int, 
 
 
 def _prediction(state: PoolState, problem: Problem, rate: float,
-                transfer_s: tuple[float, ...] = (), decode: PoolState | None = None) -> Prediction:
+                transfer_s: tuple[float, ...] = (), decode: PoolState | None = None,
+                waits: tuple[float, ...] = ()) -> Prediction:
     classes = problem.traffic.classes
     if not state.stable or (decode is not None and not decode.stable):
         reason = state.reason or decode.reason
         return Prediction("unstable", reason, rate, (), 0.0, 0.0, (), state.batch,
                           state.prefill_share, state.kv_use)
     dec = decode or state
-    ttft = tuple(t + (transfer_s[i] if transfer_s else 0.0) for i, t in enumerate(state.ttft_s))
+    ttft = tuple(t + (transfer_s[i] if transfer_s else 0.0) + (waits[i] if waits else 0.0)
+                 for i, t in enumerate(state.ttft_s))
     e2e = tuple(t + max(c.osl - 1, 0) * dec.tpot_s for t, c in zip(ttft, classes))
     missed = _misses(problem.targets, classes, ttft, dec.tpot_s, dec.step_s, e2e)
     return Prediction("misses at load" if missed else "meets", "; ".join(missed), rate, ttft,
@@ -167,29 +172,29 @@ def _prediction(state: PoolState, problem: Problem, rate: float,
 
 def _closed_loop(profile: Profile, problem: Problem, replicas: int, max_seqs: int, chunk: int,
                  speculating: bool) -> Prediction:
-    """``users`` clients with no think time: each replica holds users / replicas requests;
-    the rate settles where rate = users / E2E (Little's law), found by damped iteration."""
+    """``users`` clients with no think time: each replica holds users / replicas requests,
+    at most ``max_seqs`` in flight and the rest queued; the rate settles where rate =
+    users / E2E (Little's law), found by damped iteration. A queued request waits
+    (queued requests) ÷ rate before it is admitted (Little's law on the queue)."""
     classes = problem.traffic.classes
-    users = problem.load.users
-    per_replica = users / replicas
-    if per_replica > max_seqs * 4:
-        return Prediction("unstable", f"{per_replica:,.0f} users a replica queue behind "
-                                      f"max-num-seqs {max_seqs}", 0.0, (), 0.0, 0.0, (), 0.0,
-                          0.0, 0.0)
-    lam = per_replica / max(sum(c.share * s for c, s in zip(classes, profile.single_s[chunk]))
-                            + sum(c.share * c.osl for c in classes) * profile.decode_s(
-                                min(per_replica, max_seqs), speculating), 1e-9)
-    state = None
-    for _ in range(40):
+    per_replica = problem.load.users / replicas
+    in_flight = min(per_replica, max_seqs)
+    lam = in_flight / max(sum(c.share * s for c, s in zip(classes, profile.single_s[chunk]))
+                          + sum(c.share * c.osl for c in classes)
+                          * profile.decode_s(in_flight, speculating), 1e-9)
+    state, wait_s = None, 0.0
+    for _ in range(CLOSED_LOOP_ITERATIONS):
         state = pool_state(profile, classes, lam, chunk=chunk, max_seqs=max_seqs,
                            speculating=speculating)
         if not state.stable:
             lam *= 0.8
             continue
-        e2e = sum(c.share * (t + max(c.osl - 1, 0) * state.tpot_s)
-                  for c, t in zip(classes, state.ttft_s))
+        wait_s = max(0.0, per_replica - max_seqs) / lam
+        e2e = wait_s + sum(c.share * (t + max(c.osl - 1, 0) * state.tpot_s)
+                           for c, t in zip(classes, state.ttft_s))
         lam = 0.5 * lam + 0.5 * per_replica / e2e
-    return _prediction(state, problem, lam * replicas)
+    waits = tuple(wait_s for _ in classes)
+    return _prediction(state, problem, lam * replicas, waits=waits)
 
 
 # ---------------------------------------------------------------- replica counts
