@@ -11,8 +11,8 @@ from phasewise.commands._app import app, check_format, console, echo, ints, spli
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
-# Searches with more tasks than this show a progress bar on a terminal.
-PROGRESS_MIN_TASKS = 20
+# A stage of at least this many tasks shows a progress bar on a terminal.
+PROGRESS_MIN_TASKS = 2
 
 
 @app.command()

@@ -11,7 +11,6 @@ keeps those and a few more (the simulator decides how much headroom the tail nee
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
