@@ -86,3 +86,12 @@ def test_an_engine_profile_reaches_the_reproducing_command():
                                    "--ttft", "1s", "--tpot", "50ms", "--format", "json"]))
     assert doc["chosen"]["pools"][0]["engine"] == "vllm"
     assert "--engine vllm" in doc["chosen"]["simulate_command"]
+
+
+def test_concurrent_users_plan_both_layouts_as_a_closed_loop():
+    doc = json.loads(_run(SMALL + ["--hardware", "h100-sxm", "--isl", "2048", "--osl", "128",
+                                   "--users", "16", "--ttft", "2s", "--tpot", "15ms",
+                                   "--verify", "4", "--format", "json"]))
+    layouts = {r["layout"] for r in doc["verified"]}
+    assert layouts == {"aggregated", "disaggregated"}
+    assert all("--clients 16" in r["simulate_command"] for r in doc["verified"])

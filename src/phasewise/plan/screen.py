@@ -333,9 +333,13 @@ def screen_disaggregated(profiles: list[Profile], problem: Problem, start: int, 
     the same device unless mixed pools are allowed); returns the kept candidates and the
     number of pairs evaluated."""
     space = problem.space
-    rate = problem.load.request_rate(problem.traffic)
-    if rate is None or "disaggregated" not in space.layouts:
+    if "disaggregated" not in space.layouts:
         return [], 0
+    rate = problem.load.request_rate(problem.traffic)
+    if rate is None:
+        rate = _closed_loop_rate(profiles, problem, disagg_chunk)
+        if rate is None:
+            return [], 0
     classes = problem.traffic.classes
     groups: dict[tuple, tuple[list, list]] = {}
     for p in profiles:
@@ -360,12 +364,12 @@ def screen_disaggregated(profiles: list[Profile], problem: Problem, start: int, 
         if not pre or not dec:
             continue
         evaluated += len(pre) * len(dec)
-        out.extend(_pairs(pre, dec, problem, start + len(out), link, kv_bytes[key[0]]))
+        out.extend(_pairs(pre, dec, problem, start + len(out), link, kv_bytes[key[0]], rate))
     return out, evaluated
 
 
 def _pairs(pre: list[_Side], dec: list[_Side], problem: Problem, start: int, link,  # noqa: ANN001
-           kv_bytes_per_token: float) -> list[Candidate]:
+           kv_bytes_per_token: float, rate: float) -> list[Candidate]:
     """All pairs of one group at once (numpy), keeping the cheapest few per device pair."""
     space, classes = problem.space, problem.traffic.classes
     usd = np.array([s.profile.shape.usd_per_hour * s.replicas for s in pre])[:, None] + \
@@ -413,14 +417,47 @@ def _pairs(pre: list[_Side], dec: list[_Side], problem: Problem, start: int, lin
         layout = Layout("disaggregated", p.profile.shape, p.replicas, d.max_seqs, None,
                         d.speculating, d.profile.shape, d.replicas)
         move = tuple(float(m[i, j]) for m in moves)
-        pred = _prediction(p.state, problem, problem.load.request_rate(problem.traffic), move,
-                           d.state)
+        pred = (_prediction(p.state, problem, rate, move, d.state)
+                if problem.load.users is None else _closed_pair(p, d, problem, move, rate))
         code = int(status[i, j])
         if code in (3, 4):
             pred = _with_status(pred, names[code], "over the device or $/h budget" if code == 4
                                 else "misses the SLOs on an idle server")
         out.append(Candidate(start + len(out), layout, pred))
     return out
+
+
+def _closed_loop_rate(profiles: list[Profile], problem: Problem, chunk: int) -> float | None:
+    """A first rate for ``users`` clients on disaggregated pools: users ÷ the shortest
+    idle E2E any shape gives (the pools are sized at it; each pair then finds its own)."""
+    classes, users = problem.traffic.classes, problem.load.users
+    batch = min(users, max(problem.space.max_seqs))
+    e2e = [sum(c.share * (s + max(c.osl - 1, 0) * p.decode_s(batch, False))
+               for c, s in zip(classes, p.single_s[chunk]))
+           for p in profiles if p.fits and chunk in p.single_s]
+    return users / min(e2e) if e2e else None
+
+
+def _closed_pair(p: _Side, d: _Side, problem: Problem, move: tuple[float, ...],
+                 rate: float) -> Prediction:
+    """A disaggregated pair under ``users`` clients: the rate settles where rate = users ÷
+    E2E (damped iteration, as ``_closed_loop``); users beyond the decode pool's sequence
+    slots wait (queued users) ÷ rate."""
+    classes, users = problem.traffic.classes, problem.load.users
+    lam, pre, dec, wait_s = rate, p.state, d.state, 0.0
+    for _ in range(CLOSED_LOOP_ITERATIONS):
+        pre = pool_state(p.profile, classes, lam / p.replicas, chunk=p.chunk,
+                         max_seqs=p.max_seqs, speculating=False, decode=False)
+        dec = pool_state(d.profile, classes, lam / d.replicas, chunk=d.chunk,
+                         max_seqs=d.max_seqs, speculating=d.speculating, prefill=False)
+        if not (pre.stable and dec.stable):
+            lam *= 0.8
+            continue
+        wait_s = max(0.0, users - d.replicas * d.max_seqs) / lam
+        e2e = wait_s + sum(c.share * (t + m + max(c.osl - 1, 0) * dec.tpot_s)
+                           for c, t, m in zip(classes, pre.ttft_s, move))
+        lam = 0.5 * lam + 0.5 * users / e2e
+    return _prediction(pre, problem, lam, move, dec, waits=tuple(wait_s for _ in classes))
 
 
 def _keep(status, usd, pre: list[_Side], dec: list[_Side]) -> list[tuple[int, int]]:  # noqa: ANN001

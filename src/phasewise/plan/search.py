@@ -136,9 +136,6 @@ def _prepare(study: Study) -> _Prepared:
                          "add devices with --hardware, allow more --tp or --pp, or a narrower "
                          "--weight-dtype.")
     notes = []
-    if problem.load.kind == "users" and "disaggregated" in space.layouts:
-        notes.append("disaggregated layouts are planned for open-loop loads (--rate, "
-                     "--token-rate, a trace); with --users only colocated layouts are searched.")
     if speculation is not None:
         notes.append(f"speculative decoding: γ={speculation.tokens}, α={speculation.accept:g} "
                      f"({speculation.source}).")
