@@ -95,3 +95,17 @@ def test_concurrent_users_plan_both_layouts_as_a_closed_loop():
     layouts = {r["layout"] for r in doc["verified"]}
     assert layouts == {"aggregated", "disaggregated"}
     assert all("--clients 16" in r["simulate_command"] for r in doc["verified"])
+
+
+def test_a_trace_sets_the_lengths_and_the_load(tmp_path):
+    trace = tmp_path / "day.csv"
+    rows = ["arrival_s,input_tokens,output_tokens"]
+    rows += [f"{0.25 * i:.2f},{512 + 256 * (i % 3)},{64 + 32 * (i % 2)}" for i in range(120)]
+    trace.write_text("\n".join(rows) + "\n")
+    doc = json.loads(_run(SMALL + ["--trace", str(trace), "--ttft", "1s", "--tpot", "50ms",
+                                   "--format", "json"]))
+    load = doc["inputs"]["load"]
+    assert load["kind"] == "rate" and load["value"] == pytest.approx(119 / (0.25 * 119))
+    assert doc["inputs"]["traffic"]["longest_tokens"] == 1024 + 96
+    assert doc["chosen"]["simulate_command"].endswith(
+        f"--trace {trace} --ttft 1000ms --tpot 50ms --slo-percentile 90")

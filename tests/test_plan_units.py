@@ -4,6 +4,7 @@ Pareto fronts, replica search, SLO texts and the search space."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from phasewise.catalog import load_hardware
 from phasewise.errors import InputError
@@ -110,3 +111,20 @@ def test_mean_decode_context_weights_each_class_by_its_decode_steps():
 def test_an_empty_device_list_is_an_input_error():
     with pytest.raises(InputError):
         SearchSpace(())
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.floats(1e-4, 5e-2), c=st.floats(1e-6, 1e-3), packed=st.floats(1e-4, 0.05),
+       low=st.floats(0.01, 5.0), more=st.floats(1.0, 3.0))
+def test_more_load_never_predicts_a_faster_replica(a, c, packed, low, more):
+    profile = _profile(a, c, packed=packed, single=packed)
+    classes = (RequestClass(1000, 101, 1.0),)
+    states = [pool_state(profile, classes, rate, chunk=2048, max_seqs=256, speculating=False)
+              for rate in (low, low * more)]
+    if all(s.stable for s in states):
+        light, heavy = states
+        assert heavy.tpot_s >= light.tpot_s * (1 - 1e-12)
+        assert heavy.ttft_s[0] >= light.ttft_s[0] * (1 - 1e-12)
+        assert heavy.batch >= light.batch * (1 - 1e-12)
+    elif states[0].stable is False:
+        assert not states[1].stable  # a load that breaks a replica breaks it at more load
