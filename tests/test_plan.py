@@ -150,7 +150,7 @@ BAD = [
     ["plan", "--ttft", "1s", "--rate", "4", "--executor", "cluster"],
     ["plan", "--ttft", "1s", "--rate", "4", "--layouts", "split"],
     ["plan", "--ttft", "1s", "--rate", "4", "--speculation", "maybe"],
-    ["plan", "--ttft", "1s", "--rate", "4", "--hardware", "mi300x"],  # no price
+    ["plan", "--ttft", "1s", "--rate", "4", "--hardware", "gh200"],  # no price
 ]
 
 
