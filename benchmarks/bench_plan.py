@@ -2,7 +2,8 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_plan.py
 
-Two searches over every catalog device with a price, at the default search space
+Two searches over every catalog device with an on-demand price (the plan's default
+devices), at the default search space
 (TP 1-8, PP where needed, EP for MoE, checkpoint and fp8 weights, bf16 and fp8 KV, four
 batch limits, two chunk sizes, colocated and disaggregated with mixed pools, speculation
 on and off): Llama-3.1-70B and DeepSeek-V3 (671B MoE), chat traffic (ISL 1024, OSL 256)
@@ -23,7 +24,7 @@ MODELS = ("llama-3.1-70b", "deepseek-v3")
 
 def main() -> None:
     devices = tuple(d for d in (load_hardware(n) for n in hardware_names())
-                    if d.price_usd_per_hour is not None)
+                    if d.price_usd_per_hour is not None and _on_demand(d))
     traffic = Traffic((RequestClass(1024, 256, 1.0),), 1280, isl="1024", osl="256")
     problem = Problem(traffic, Load("rate", 20.0), (Target("ttft", 2.0), Target("tpot", 0.05)),
                       SearchSpace(devices))
@@ -50,6 +51,11 @@ def main() -> None:
               f"screening {simulating[0] - pricing[-1]:.1f} s, simulating "
               f"{simulating[-1] - simulating[0]:.1f} s, report {time.perf_counter() - simulating[-1]:.1f} s)"
               f"; CPU time of this process and its workers {cpu:.1f} s; {report.verdict}")
+
+
+def _on_demand(device) -> bool:  # noqa: ANN001
+    """Priced as cloud rent (the plan's default basis; a sheet without a basis is)."""
+    return getattr(getattr(device, "price", None), "basis", "on-demand") == "on-demand"
 
 
 def _cpu_s() -> float:

@@ -169,3 +169,9 @@ def test_a_device_budget_bounds_every_layout_simulated():
     assert report.verified and all(r.devices <= 3 for r in report.verified)
     over = [r for r in report.best_per_device if r.devices > 3]
     assert all(r.screen_status == "over budget" for r in over)
+
+
+def test_an_unknown_price_basis_exits_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--ttft", "1s", "--rate", "4", "--price-basis", "leased"])
+    assert exit_info.value.code == 2 and "--price-basis" in capsys.readouterr().err

@@ -11,6 +11,10 @@ from phasewise.commands._app import app, check_format, console, echo, ints, spli
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
+# A cloud's hourly rent and a bought card's price spread over its years of use are not one
+# kind of cost (the second leaves out hosts, power and networking), so by default the
+# planner compares devices priced one way: on-demand.
+PRICE_BASES = ("on-demand", "purchase", "any")
 # A stage of at least this many tasks shows a progress bar on a terminal.
 PROGRESS_MIN_TASKS = 2
 
@@ -24,6 +28,9 @@ def plan(
                                            "with a price)."),
     price: Optional[str] = typer.Option(None, "--price", help="US$ per device-hour: one number "
                                         "for every device, or DEVICE=PRICE pairs."),
+    price_basis: str = typer.Option("on-demand", "--price-basis", help="Default devices: those "
+                                    "priced on-demand (cloud rent), by purchase (amortised), "
+                                    "or any."),
     isl: str = typer.Option("1024", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
                             "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
     osl: str = typer.Option("256", "--osl", help="Output tokens, as --isl."),
@@ -185,6 +192,12 @@ def _space(flags: dict[str, Any], resolve_prices) -> Any:  # noqa: ANN001
     names = split_list(flags["hardware"], "--hardware", str) if flags["hardware"] else hardware_names()
     overrides = resolve_prices(flags["price"], names)
     devices = [with_price(load_hardware(n), overrides.get(load_hardware(n).name)) for n in names]
+    if flags["price_basis"] not in PRICE_BASES:
+        raise InputError(f"--price-basis {flags['price_basis']}: choose one of "
+                         f"{', '.join(PRICE_BASES)}.")
+    if not flags["hardware"]:
+        devices = [d for d in devices if d.name in overrides or
+                   flags["price_basis"] in ("any", _basis_of(d))]
     priced = tuple(d for d in devices if d.price_usd_per_hour is not None)
     if flags["hardware"] and len(priced) < len(devices):
         missing = ", ".join(d.name for d in devices if d.price_usd_per_hour is None)
@@ -207,6 +220,12 @@ def _space(flags: dict[str, Any], resolve_prices) -> Any:  # noqa: ANN001
         engines=tuple(split_list(flags["engine"], "--engine", str)) if flags["engine"] else (None,),
         cost=flags["cost"], link=flags["kv_link"], spec_tokens=flags["spec_tokens"],
         spec_accept=flags["spec_accept"], draft=flags["draft"])
+
+
+def _basis_of(device: Any) -> str:
+    """How a catalog device is priced: its price's basis where the sheet records one
+    (on-demand rent or an amortised purchase), on-demand otherwise."""
+    return getattr(getattr(device, "price", None), "basis", "on-demand")
 
 
 def _progress(enabled: bool) -> Any:

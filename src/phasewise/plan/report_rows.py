@@ -279,7 +279,8 @@ def _inputs(study: Any, prepared: Any) -> dict:
                  "request_rate_rps": problem.load.request_rate(traffic)},
         "targets": [{"metric": t.metric, "limit_s": t.limit_s, "percentile": t.percentile}
                     for t in problem.targets],
-        "hardware": [{"name": d.name, "usd_per_hour": d.price_usd_per_hour}
+        "hardware": [{"name": d.name, "usd_per_hour": d.price_usd_per_hour,
+                      "price_basis": getattr(getattr(d, "price", None), "basis", None)}
                      for d in space.hardware],
         "tp": list(space.tp), "pp": list(space.pp),
         "ep": list(space.ep) if space.ep else None,
