@@ -6,7 +6,7 @@ export OMP_NUM_THREADS := 1
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test bench clean
+.PHONY: run test test-ray bench clean
 
 $(VENV)/.base: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,6 +26,11 @@ run: $(VENV)/.base
 
 test: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests
+
+# The planner's executors against a real local Ray instance (slow; needs the ray extra).
+test-ray: $(VENV)/.test
+	$(PIP) install -q -e ".[ray]"
+	$(PY) -m pytest -p no:cacheprovider -m slow tests/test_plan_ray.py
 
 bench: $(VENV)/.base
 	$(PY) benchmarks/bench_estimate.py
