@@ -17,7 +17,7 @@ from typing import Callable
 from phasewise.catalog import load_link, load_model
 from phasewise.errors import InputError
 from phasewise.ledger import kv_cache_bytes_per_device
-from phasewise.plan.checkpoint import checkpoint_format, default_speculation
+from phasewise.plan.checkpoint import default_speculation
 from phasewise.plan.executors import Serial
 from phasewise.plan.profile import Profile, price_shape
 from phasewise.plan.report_rows import build_report
@@ -28,7 +28,7 @@ from phasewise.plan.space import (PoolShape, Speculation, kv_formats, parallelis
 from phasewise.plan.types import PlanReport
 from phasewise.plan.verify import verify_group
 from phasewise.serving.kv_cache import kv_capacity
-from phasewise.specs import ModelSpec, Parallelism
+from phasewise.specs import ModelSpec, Parallelism, Precision
 
 DEFAULT_VERIFY = 50
 DEFAULT_REQUESTS = 600
@@ -147,7 +147,7 @@ def enumerate_shapes(model: ModelSpec, model_ref: str, space, chunks: tuple[int,
     """Every replica shape whose weights and a KV cache fit; PP above 1 only for a device
     and format where no single-stage split fits (pipelining buys memory, not speed, in a
     server that does not overlap micro-batches)."""
-    checkpoint = checkpoint_format(model_ref)
+    checkpoint = Precision().for_model(model)  # the checkpoint's formats per module class
     shapes, unfit = [], 0
     for device in space.hardware:
         for fmt in weight_formats(device, checkpoint, space.weight_dtypes):

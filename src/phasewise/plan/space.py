@@ -8,6 +8,8 @@ replica shapes (device × parallelism × formats × engine) the screen prices.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 
@@ -200,16 +202,20 @@ class PoolShape:
         return f"{self.device.name} {'·'.join(parts)} w{fmt.weights}/kv{fmt.kv_cache}{engine}"
 
 
-def weight_formats(device: HardwareSpec, checkpoint: str,
+def weight_formats(device: HardwareSpec, checkpoint: str | Precision,
                    asked: tuple[str, ...] | None) -> list[Precision]:
     """Weight × activation formats to search on ``device``: the asked ones it can run, or
-    the checkpoint's format (16-bit math in the device's own 16-bit format) and fp8 where
-    the device multiplies in fp8 (weights and activations both fp8: W8A8)."""
+    the checkpoint's formats (a format per module class, as its quantization_config gives
+    them; 16-bit math in the device's own 16-bit format) and fp8 where the device multiplies
+    in fp8 (weights and activations both fp8: W8A8)."""
     sixteen = "bf16" if device.supports("bf16") else "fp16"
-    names = list(asked) if asked else [checkpoint, "fp8"]
+    own = checkpoint if isinstance(checkpoint, Precision) else None
+    names = list(asked) if asked else [own.weights if own else checkpoint, "fp8"]
     out: list[Precision] = []
     for name in dict.fromkeys(names):
-        if name in ("fp8", "int8", "fp4", "nvfp4"):
+        if own is not None and name == own.weights and own.module_weights:
+            out.append(dataclasses.replace(own, activations=sixteen))
+        elif name in ("fp8", "int8", "fp4", "nvfp4"):
             math_name = "fp4" if name in ("fp4", "nvfp4") else name
             if math_name in device.peak_flops_per_s:
                 out.append(Precision(name, name if name != "nvfp4" else "fp4"))

@@ -203,7 +203,9 @@ def simulate_command(model_ref: str, layout: Layout, speculation: Speculation | 
         args += ["--pp", str(par.pp)]
     if par.ep > 1:
         args += ["--ep", str(par.ep)]
-    args += ["--max-num-seqs", str(layout.max_seqs), "--weight-dtype", prec.weights,
+    # The checkpoint's own formats (one per module class) are what --weight-dtype auto reads.
+    weights = "auto" if prec.module_weights else prec.weights
+    args += ["--max-num-seqs", str(layout.max_seqs), "--weight-dtype", weights,
              "--act-dtype", prec.activations, "--kv-dtype", prec.kv_cache, "--cost", cost]
     if shape.engine:
         args += ["--engine", shape.engine]
