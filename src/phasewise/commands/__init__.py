@@ -1,3 +1,3 @@
 """CLI verbs; each module registers its commands on ``_app.app``."""
 
-VERB_MODULES = ["estimate", "catalog", "explain", "compare", "simulate", "validate", "profile", "calibrate"]
+VERB_MODULES = ["estimate", "catalog", "explain", "compare", "simulate", "validate", "profile", "calibrate", "bench"]
