@@ -80,16 +80,39 @@ def precision_of(target: Target) -> Any:
 
 
 def simulated_requests(run: BenchRun) -> Any:
+    """The completed requests with their lengths and send times; for a summary read from
+    another tool's file, as many requests of the mean lengths under the load it names."""
     from phasewise.serving import Requests
 
+    closed = run.summary.load.get("kind") == "closed"
     done = [r for r in run.records if r.ok]
     if not done:
-        raise InputError("no request completed, so there is nothing to predict.")
-    closed = run.summary.load.get("kind") == "closed"
+        return _from_summary(run.summary, closed)
     arrival = None if closed else np.array([r.sent_s for r in done], dtype=float)
     return Requests(np.array([r.input_tokens for r in done], dtype=np.int64),
                     np.array([max(1, r.output_tokens) for r in done], dtype=np.int64),
                     arrival)
+
+
+def _from_summary(summary: Any, closed: bool) -> Any:
+    """Mean lengths under the summary's load: Poisson arrivals at its rate (seed 0), all at
+    once for an infinite rate, or its clients."""
+    from phasewise.serving import Requests
+    from phasewise.serving.requests import poisson_arrivals
+
+    n = summary.completed
+    if not n:
+        raise InputError("no request completed, so there is nothing to predict.")
+    isl = max(1, round(summary.total_input_tokens / n))
+    osl = max(1, round(summary.total_output_tokens / n))
+    rate = summary.load.get("rate_rps")
+    if closed:
+        arrival = None
+    elif isinstance(rate, (int, float)) and rate > 0:
+        arrival = poisson_arrivals(float(rate), n, np.random.default_rng(0))
+    else:
+        arrival = np.zeros(n)
+    return Requests(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64), arrival)
 
 
 def predict(run: BenchRun, target: Target) -> Any:
