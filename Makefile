@@ -6,7 +6,7 @@ export OMP_NUM_THREADS := 1
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test bench clean
+.PHONY: run test test-server bench clean
 
 $(VENV)/.base: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,7 +25,17 @@ run: $(VENV)/.base
 	$(VENV)/bin/phasewise estimate
 
 test: $(VENV)/.test
-	$(PY) -m pytest -p no:cacheprovider tests
+	$(PY) -m pytest -p no:cacheprovider tests --ignore=tests/test_bench_server.py
+
+# `phasewise bench` against a real llama.cpp server (llama-cpp-python) on this CPU. pip builds
+# llama-cpp-python from source (several minutes the first time, then from pip's wheel cache);
+# GGML_NATIVE=OFF: a build tuned to the build machine's CPU crashed on its first completion.
+$(VENV)/.server: $(VENV)/.test
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PIP) install -q "llama-cpp-python[server]" -e ".[bench]"
+	touch $@
+
+test-server: $(VENV)/.server
+	$(PY) -m pytest -p no:cacheprovider -s tests/test_bench_server.py
 
 bench: $(VENV)/.base
 	$(PY) benchmarks/bench_estimate.py
