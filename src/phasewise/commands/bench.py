@@ -325,6 +325,12 @@ def _render(runs: list[Any], tests: list[dict], predictions: Any, fmt: str) -> N
                                 **({"prediction": predictions[i]} if predictions else {})}
                                for i, r in enumerate(runs)], "llama_bench": tests}))
         return
+    if fmt == "csv":
+        from phasewise.report.output import flatten
+
+        echo(rows_to_csv(_comparison_rows(predictions) if predictions else
+                         [_run_row(i, r) for i, r in enumerate(runs)] or [flatten(t) for t in tests]))
+        return
     tables = [(f"Run {i + 1}", _summary_rows(r)) for i, r in enumerate(runs)]
     if predictions:
         tables += [(f"Run {i + 1}: measured against predicted (error = predicted / measured − 1)",
@@ -334,15 +340,25 @@ def _render(runs: list[Any], tests: list[dict], predictions: Any, fmt: str) -> N
                                         else f"tg{t.get('n_gen')}", "model": t.get("model_type"),
                                         "t/s": t.get("avg_ts")} for t in tests]))
     for title, rows in tables:
-        if fmt == "csv":
-            echo(rows_to_csv(rows))
-        elif fmt == "md":
+        if fmt == "md":
             echo(f"**{title}**\n\n" + rows_to_markdown(rows))
         else:
             _table(title, rows)
     for i, run in enumerate(runs):
         for note in run.notes:
             sys.stderr.write(f"run {i + 1}: {note}\n")
+
+
+def _run_row(index: int, run: Any) -> dict:
+    """A run as one CSV row: its load, counts, throughputs and latency statistics (s)."""
+    from phasewise.report.output import flatten
+
+    s = run.summary.model_dump(mode="json")
+    return {"run": index + 1, **flatten({k: v for k, v in s.items() if k != "errors"})}
+
+
+def _comparison_rows(predictions: list[list[dict]]) -> list[dict]:
+    return [{"run": i + 1, **row} for i, rows in enumerate(predictions) for row in rows]
 
 
 def _prediction_cells(row: dict) -> dict:

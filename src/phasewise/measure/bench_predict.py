@@ -80,12 +80,13 @@ def precision_of(target: Target) -> Any:
 
 
 def simulated_requests(run: BenchRun) -> Any:
-    """The completed requests with their lengths and send times; for a summary read from
+    """The completed requests with their lengths and send times (in the order they were
+    sent, as the simulator takes arrivals); for a summary read from
     another tool's file, as many requests of the mean lengths under the load it names."""
     from phasewise.serving import Requests
 
     closed = run.summary.load.get("kind") == "closed"
-    done = [r for r in run.records if r.ok]
+    done = sorted((r for r in run.records if r.ok), key=lambda r: (r.sent_s, r.index))
     if not done:
         return _from_summary(run.summary, closed)
     arrival = None if closed else np.array([r.sent_s for r in done], dtype=float)
