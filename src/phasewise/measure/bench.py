@@ -171,9 +171,11 @@ def requests_for(load: Load, plan: Plan) -> list[Request]:
 
 
 def prompt_text(words: int, rng: np.random.Generator) -> str:
-    """A prompt of ``words`` random common words; random from the first word on, so no two
+    """A prompt of ``words`` random common words, each after a space so every word is the
+    same token it is mid-sentence (a leading space a tokenizer treats apart is one token more
+    on every prompt, which the probe counts); random from the first word on, so no two
     prompts share a prefix a server's prefix cache could reuse."""
-    return " ".join(rng.choice(WORDS, size=words))
+    return "".join(" " + w for w in rng.choice(WORDS, size=words))
 
 
 def payload(endpoint: Endpoint, model: str, prompt: str, output_tokens: int, *,
