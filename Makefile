@@ -1,4 +1,5 @@
-# `make run`: set up .venv and print the default estimate. `make test`: set up and run every test.
+# `make run`: set up .venv and print the default estimate. `make test`: set up and run every test
+# but the real-server ones, which `make test-server` runs.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip

@@ -310,7 +310,8 @@ def _summary_rows(run: Any) -> list[dict]:
         stat = getattr(s, name)
         if not stat.count:
             continue
-        parts = {"mean": stat.mean_s, "median": stat.median_s, **stat.percentiles_s}
+        parts = {"mean": stat.mean_s, "median": stat.median_s,
+                 **{k: v for k, v in stat.percentiles_s.items() if k != "p50"}}
         for key, value in parts.items():
             rows.append({"metric": f"{key} {name.upper()} (ms)", "value": round(value * 1e3, 3)})
     return rows
