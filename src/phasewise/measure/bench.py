@@ -47,6 +47,8 @@ WORDS = ("the of and to in is that for it as was with be by on not he this are o
          "year off come since against go came right used take three").split()
 PROBE_WORDS = 32  # the probe sends prompts of this many words and twice as many
 CONNECT_TIMEOUT_S = 10.0
+# The model list and the probes are small, but a busy server may queue them behind others.
+SETUP_TIMEOUT_S = 120.0
 MAX_ERROR_CHARS = 200
 
 
@@ -325,7 +327,7 @@ async def _checked(call: Any, endpoint: Endpoint, path: str) -> dict:
     import httpx
 
     try:
-        async with asyncio.timeout(endpoint.request_timeout_s):
+        async with asyncio.timeout(max(endpoint.request_timeout_s, SETUP_TIMEOUT_S)):
             response = await call
     except (httpx.HTTPError, OSError, TimeoutError) as err:
         raise InputError(f"cannot reach {endpoint.base_url}{path} ({type(err).__name__}); "
@@ -365,7 +367,9 @@ async def run_load(endpoint: Endpoint, load: Load, plan: Plan, *,
     rng = np.random.default_rng(plan.seed + 1)
     limits = httpx.Limits(max_connections=load.concurrency or None,
                           max_keepalive_connections=load.concurrency or None)
-    timeout = httpx.Timeout(endpoint.request_timeout_s, connect=CONNECT_TIMEOUT_S)
+    # per-request deadlines are asyncio timeouts (send_one); httpx only bounds each read
+    timeout = httpx.Timeout(max(endpoint.request_timeout_s, SETUP_TIMEOUT_S),
+                            connect=CONNECT_TIMEOUT_S)
     async with httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False,
                                  trust_env=False) as client:
         model = await served_model(client, endpoint)
