@@ -1,4 +1,4 @@
 """CLI verbs; each module registers its commands on ``_app.app``."""
 
-VERB_MODULES = ["estimate", "catalog", "explain", "compare", "simulate", "plan", "validate",
-                "profile", "calibrate", "report", "ui"]
+VERB_MODULES = ["estimate", "catalog", "explain", "compare", "simulate", "plan", "bench",
+                "validate", "profile", "calibrate", "report", "ui"]
