@@ -282,3 +282,12 @@ def test_an_overloaded_open_loop_is_noted() -> None:
     result = _cli("--engine", "vllm", "--rate", "500", "-n", "200", "--isl", "4096",
                   "--osl", "64")
     assert result.exit_code == 0 and "overloaded" in result.stdout
+
+
+def test_scales_apply_to_their_steps_and_host_time_adds() -> None:
+    # device 10 ms, host 2 ms + 1 ms a sequence: a prefill step of one sequence at prefill
+    # scale 0.5 takes 5 + 3 ms; a decode step of two at device scale 0.8 takes 8 + 4 ms
+    host = HostTime(2e-3, 1e-3, False, device_scale=0.8, prefill_scale=0.5)
+    assert host.step_s(10e-3, 1, prefills=True) == pytest.approx(8e-3)
+    assert host.step_s(10e-3, 2) == pytest.approx(12e-3)
+    assert dataclasses.replace(host, overlap=True).step_s(10e-3, 2) == pytest.approx(8e-3)
