@@ -110,13 +110,26 @@ def _usable(rows: list[dict]) -> list[dict]:
     return [r for r in rows if not r["skipped"] and float(r["sim_tpot_s"]) > 0]
 
 
+def fit_prefill_scale(rows: list[dict]) -> tuple[float, float]:
+    """(prefill scale, median |TTFT error|): the median of measured / simulated mean TTFT,
+    the simulation without host time (TTFT ≈ scale · TTFT₀, the steps before a first
+    token being prefill steps)."""
+    ratio = np.array([float(r["ttft_s"]) / float(r["sim_ttft_s"]) for r in rows])
+    scale = float(np.exp(np.median(np.log(ratio))))
+    return scale, float(np.median(np.abs(scale / ratio - 1)))
+
+
 def fits_for(train: list[dict]) -> dict[str, tuple]:
-    """Per engine (scale, base_s, per_seq_s, residual, rows) fitted on ``train``."""
+    """Per engine (scale, base_s, per_seq_s, residual, prefill scale, TTFT residual, rows)
+    fitted on ``train``."""
     out = {}
     for engine in ENGINES:
-        mine = [r for r in _usable(train) if r["engine"] == engine]
+        # aggregated rows only: the disaggregated ones carry the KV hand-off and the pools'
+        # own batch limits, which the host time must not absorb
+        mine = [r for r in _usable(train) if r["engine"] == engine and r["mode"] == "agg"]
         if mine:
-            out[engine] = (*fit_engine(mine, OVERLAP[engine]), len(mine))
+            out[engine] = (*fit_engine(mine, OVERLAP[engine]), *fit_prefill_scale(mine),
+                           len(mine))
     return out
 
 
@@ -138,12 +151,14 @@ def fold_hosts(train: list[dict], held_engines: set[str]) -> dict:
     from phasewise.serving.presets import HostTime
 
     fits = fits_for(train)
-    mean = np.mean([f[:3] for f in fits.values()], axis=0)
+    keep = (0, 1, 2, 4)  # scale, base, per_seq, prefill scale
+    mean = np.mean([[f[i] for i in keep] for f in fits.values()], axis=0)
     hosts = {}
     for engine in ENGINES:
-        scale, base, per_seq = fits[engine][:3] if engine in fits else mean
+        scale, base, per_seq, prefill = [fits[engine][i] for i in keep] \
+            if engine in fits else mean
         hosts[engine] = HostTime(float(base), float(per_seq), OVERLAP[engine],
-                                 "fold fit", float(scale))
+                                 "fold fit", float(scale), float(prefill))
     return hosts
 
 
@@ -151,18 +166,23 @@ def fit_stage(table: list[dict]) -> None:
     """Fit every engine on all Hopper rows and write the bundled host-time file."""
     fits = fits_for(table)
     lines = ["# Engine host time per step and device scale, fitted by",
-             "# benchmarks/bench_serving_accuracy.py --stage fit to the H100 and H200 rows of",
+             "# benchmarks/bench_serving_accuracy.py --stage fit to the aggregated H100 and H200 rows of",
              "# catalog/measurements/serving/serving_hopper.csv (TPOT ≈ scale·TPOT₀ + base +",
              "# per_seq·concurrency; with an overlap scheduler the max of the two), TPOT₀ the",
-             "# simulation without host time. residual: the fit's median |TPOT error|.", ""]
-    for engine, (scale, base, per_seq, residual, n) in fits.items():
+             "# simulation without host time; prefill_scale: the median measured / simulated",
+             "# mean TTFT, applied to the device time of steps that prefill. residuals: the",
+             "# fit's median |TPOT error| and |TTFT error| on its own rows.", ""]
+    for engine, (scale, base, per_seq, residual, prefill, ttft_residual, n) in fits.items():
         lines += [f"[engines.{engine}]", f"base_s = {base:.6g}", f"per_seq_s = {per_seq:.6g}",
                   f"device_scale = {scale:.4g}", f"residual_median_abs_tpot = {residual:.4f}",
-                  f"rows = {n}",
-                  f'source = "fit to {n} {engine} rows of serving_hopper.csv (H100 and H200), '
-                  f'median |TPOT error| {residual:.1%}"', ""]
+                  f"prefill_scale = {prefill:.4g}",
+                  f"residual_median_abs_ttft = {ttft_residual:.4f}", f"rows = {n}",
+                  f'source = "fit to {n} aggregated {engine} rows of serving_hopper.csv (H100 and '
+                  f'H200), median |TPOT error| {residual:.1%}, |TTFT error| {ttft_residual:.1%}"',
+                  ""]
         print(f"{engine}: scale {scale:.3f}, base {base * 1e3:.2f} ms, per seq "
-              f"{per_seq * 1e6:.0f} µs, residual {residual:.1%} over {n} rows")
+              f"{per_seq * 1e6:.0f} µs, residual {residual:.1%}; prefill scale {prefill:.3f}, "
+              f"TTFT residual {ttft_residual:.1%}; {n} rows")
     from phasewise.files import write_atomic
 
     write_atomic(HOST_FIT, "\n".join(lines))
@@ -173,9 +193,17 @@ def score_stage(rows, args) -> None:  # noqa: ANN001
     table = read_table(OUT / "replay_no_host.csv")
     by_line = {r.line: r for r in rows}
     report = []
+    families = args.folds.split(",")
     for name, (train, held) in folds(table).items():
+        if name.split()[0] not in families:
+            continue
         hosts = fold_hosts(train, {r["engine"] for r in held})
         held_rows = [by_line[int(r["line"])] for r in held if int(r["line"]) in by_line]
+        held_rows = held_rows[::args.every]
+        print(f"{name}: " + "; ".join(f"{e} scale {h.device_scale:.3f} prefill "
+                                      f"{h.prefill_scale:.3f} base "
+                                      f"{h.base_s * 1e3:.2f} ms per seq {h.per_seq_s * 1e6:.0f} µs"
+                                      for e, h in hosts.items()), file=sys.stderr, flush=True)
         sims = replay_rows(held_rows, hosts, args.prompts_per_client, args.workers)
         write_table(OUT / f"heldout_{name.replace(' ', '_')}.csv", held_rows, sims)
         report.append((name, held_rows, sims))
@@ -204,6 +232,9 @@ def main() -> int:
     parser.add_argument("--prompts-per-client", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--limit", type=int, default=0, help="first N rows only (a smoke run)")
+    parser.add_argument("--every", type=int, default=1, help="score every Nth held-out row "
+                                                             "(a deterministic sample)")
+    parser.add_argument("--folds", default="device,engine", help="fold families to score")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from phasewise.serving.presets import HostTime

@@ -228,3 +228,66 @@ def test_expert_tp_under_dp_attention_is_refused() -> None:
         engine_layout(tp=1, attention_dp=64, moe_tp=8, moe_ep=8)
     with pytest.raises(InputError, match="must equal"):
         engine_layout(tp=8, moe_tp=2, moe_ep=2)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _cli(*args: str):  # noqa: ANN202
+    from typer.testing import CliRunner
+
+    from phasewise.cli import app
+
+    return CliRunner().invoke(app, ["simulate", "-n", "30", "--isl", "256", "--osl", "16", *args])
+
+
+def test_simulate_engine_preset_is_named_and_overridable() -> None:
+    import json
+
+    result = _cli("--engine", "vllm@0.19", "--clients", "4", "--max-num-seqs", "8",
+                  "--cuda-graph-sizes", "1,2,4,8", "--percentiles", "50,95", "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    inputs = doc["inputs"]
+    assert inputs["engine_preset"] == "vllm@0.19" and inputs["scheduler"] == "chunked"
+    assert inputs["max_num_seqs"] == 8 and inputs["cuda_graph_sizes"] == [1, 2, 4, 8]
+    assert inputs["max_num_batched_tokens"] == 8192 and inputs["engine"] == "vllm"
+    assert set(doc["ttft"]["percentiles"]) == {"p50", "p95"}
+
+
+def test_simulate_header_states_engine_load_and_lengths() -> None:
+    result = _cli("--engine", "sglang", "--clients", "4", "--detail")
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.stdout.split())
+    for words in ("engine sglang@0.5", "4 clients", "ISL 256", "OSL 16", "calibration bundled",
+                  "engine host time per step"):
+        assert words in flat
+
+
+def test_preset_flags_without_a_preset_are_refused() -> None:
+    # an InputError: cli.main prints its one line and exits with 2
+    result = _cli("--cuda-graph-sizes", "1,2", "--clients", "2")
+    assert isinstance(result.exception, InputError) and "engine preset" in str(result.exception)
+    bad = _cli("--engine", "vllm", "--percentiles", "0,101", "--clients", "2")
+    assert isinstance(bad.exception, InputError) and "--percentiles" in str(bad.exception)
+
+
+def test_an_idle_server_slo_break_is_noted() -> None:
+    result = _cli("--engine", "vllm", "--rate", "1", "--ttft", "0.01ms")
+    assert result.exit_code == 0 and "idle server already breaks the SLO" in \
+        " ".join(result.stdout.split())
+
+
+def test_an_overloaded_open_loop_is_noted() -> None:
+    result = _cli("--engine", "vllm", "--rate", "500", "-n", "200", "--isl", "4096",
+                  "--osl", "64")
+    assert result.exit_code == 0 and "overloaded" in result.stdout
+
+
+def test_scales_apply_to_their_steps_and_host_time_adds() -> None:
+    # device 10 ms, host 2 ms + 1 ms a sequence: a prefill step of one sequence at prefill
+    # scale 0.5 takes 5 + 3 ms; a decode step of two at device scale 0.8 takes 8 + 4 ms
+    host = HostTime(2e-3, 1e-3, False, device_scale=0.8, prefill_scale=0.5)
+    assert host.step_s(10e-3, 1, prefills=True) == pytest.approx(8e-3)
+    assert host.step_s(10e-3, 2) == pytest.approx(12e-3)
+    assert dataclasses.replace(host, overlap=True).step_s(10e-3, 2) == pytest.approx(8e-3)

@@ -113,9 +113,9 @@ def slo_lines(slo: Any) -> list[tuple[str, str]]:  # noqa: ANN401
 def sweep_row(s: Any) -> dict[str, Any]:  # noqa: ANN401
     """One run of a sweep as a flat row (SI units)."""
     w = s.inputs.workload
-    row = {"engine": s.inputs.engine_preset or s.inputs.engine or "generic",
-           "calibration": s.inputs.calibration, "scheduler": s.inputs.scheduler,
-           "rate_rps": w.get("rate_rps"), "clients": w.get("clients"), "isl": w.get("isl"),
+    row = {"scheduler": s.inputs.scheduler, "rate_rps": w.get("rate_rps"),
+           "clients": w.get("clients"), "engine": s.inputs.engine_preset or s.inputs.engine
+           or "generic", "calibration": s.inputs.calibration, "isl": w.get("isl"),
            "osl": w.get("osl"), "requests": s.requests}
     for name in ("ttft", "tpot", "itl", "e2el"):
         stats = getattr(s, name)

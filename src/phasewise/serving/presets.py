@@ -38,10 +38,11 @@ class HostTime:
     overlap: bool = False
     source: str = ""
     device_scale: float = 1.0  # the engine's kernels against the cost model's, fitted
+    prefill_scale: float = 1.0  # the same for steps that prefill, fitted to TTFT
 
-    def step_s(self, device_s: float, sequences: int) -> float:
+    def step_s(self, device_s: float, sequences: int, prefills: bool = False) -> float:
         host_s = self.base_s + self.per_seq_s * sequences
-        device_s *= self.device_scale
+        device_s *= self.prefill_scale if prefills else self.device_scale
         return max(device_s, host_s) if self.overlap else device_s + host_s
 
 
@@ -160,7 +161,7 @@ def host_time(engine: str, overlap: bool) -> HostTime:
     if fit is None:
         return HostTime(overlap=overlap, source="no fit for this engine: no host time")
     return HostTime(fit["base_s"], fit["per_seq_s"], overlap, fit.get("source", ""),
-                    fit.get("device_scale", 1.0))
+                    fit.get("device_scale", 1.0), fit.get("prefill_scale", 1.0))
 
 
 def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,

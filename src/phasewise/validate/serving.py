@@ -198,6 +198,17 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
                   preset=preset, price_cache=prices)
 
 
+# Output tokens a replay holds at most (about 1 GiB of simulator state at 130 bytes a
+# token, serving.simulator): a very wide run sends fewer prompts a client, at least two.
+MAX_REPLAY_OUTPUT_TOKENS = 8_000_000
+
+
+def prompts(concurrency: int, osl: int, per_client: int = PROMPTS_PER_CLIENT) -> int:
+    """Prompts a replay sends: ``per_client`` a client, fewer (at least two) where that
+    would hold more than MAX_REPLAY_OUTPUT_TOKENS."""
+    return max(2 * concurrency, min(per_client * concurrency, MAX_REPLAY_OUTPUT_TOKENS // osl))
+
+
 def _preset(row: ServingRow, device, par):  # noqa: ANN001, ANN202
     """The engine's preset at the row's version; a version the presets do not reach (a
     Dynamo release number, a branch name) takes the engine's default release."""
@@ -221,7 +232,7 @@ def replay(row: ServingRow, *, host=None, prompts_per_client: int = PROMPTS_PER_
     server = server_for(row, host=host)
     closed = None
     if row.load == "concurrency":
-        n, arrival_s = max(1, row.concurrency * prompts_per_client), None
+        n, arrival_s = prompts(row.concurrency, row.osl, prompts_per_client), None
         closed = ClosedLoop(row.concurrency)
     elif row.load in ("rate", "mlperf_server"):
         n = max(SATURATION_REQUESTS // 5, int(row.request_rate * 60))  # a minute of arrivals
