@@ -22,3 +22,10 @@ def phasewise_cli():
         return result
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _piped_output_width(monkeypatch):
+    """CLI subprocesses print at the piped width phasewise uses without a terminal, not at
+    an 80-column COLUMNS a test runner may leave in the environment."""
+    monkeypatch.setenv("COLUMNS", "200")
