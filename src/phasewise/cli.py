@@ -75,8 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     except (KeyboardInterrupt, click_errors.Abort):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    if isinstance(code, int) and code:
-        sys.exit(code)
+    sys.exit(code if isinstance(code, int) else 0)  # as click's standalone mode ends
 
 
 if __name__ == "__main__":

@@ -91,9 +91,11 @@ def whole(text: str | int | None, flag: str, *, minimum: int = 1,
         value = number(text, flag, example=str(max(minimum, 1)))
         if value != int(value):
             raise InputError(f"{flag} {text}: give a whole number such as {max(minimum, 1)}.")
-    if not minimum <= value <= maximum:
-        raise InputError(f"{flag} {text}: give a whole number from {minimum:,} to "
-                         f"{maximum:,}.")
+    if value < minimum:
+        raise InputError(f"{flag} {text}: give a whole number of at least {minimum:,}.")
+    if value > maximum:
+        raise InputError(f"{flag} {text} is beyond any real workload (limit {maximum:,}); "
+                         "check the number.")
     return int(value)
 
 
@@ -169,28 +171,27 @@ PIPED_WIDTH = 200
 
 
 def console() -> Any:
-    """A rich console for stdout at the terminal's width, or when piped at ``_piped_width``;
-    a table wider than that folds its cells onto more lines rather than cutting numbers."""
+    """A rich console for stdout at the terminal's width, or when piped at ``_piped_width``.
+    A table whose narrowest layout is wider than that is printed at that layout's width
+    (the terminal wraps its lines) instead of having its numbers cut to "…"."""
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
     class Unclipped(Console):
         def print(self, *objects: Any, **options: Any) -> None:
             for item in objects:
-                if isinstance(item, Table):
-                    for column in item.columns:
-                        column.overflow = "fold"
-            super().print(*objects, **options)
+                needed = Measurement.get(self, self.options, item).minimum \
+                    if isinstance(item, Table) else 0
+                super().print(item, **options, **({"width": needed}
+                                                  if needed > self.width else {}))
 
     return Unclipped(soft_wrap=False, width=None if sys.stdout.isatty() else _piped_width())
 
 
 def _piped_width() -> int:
-    """$COLUMNS, else the terminal stderr still shows (`phasewise ... | less`), else
-    PIPED_WIDTH."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    """The terminal stderr still shows (`phasewise ... | less`), else PIPED_WIDTH. ($COLUMNS
+    is not taken: test runners and shells set it for their own terminal.)"""
     try:
         return os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError):
@@ -265,8 +266,8 @@ def calibration_file(value: str | None) -> str | None:
 
     path = Path(value).expanduser()
     if not path.exists():
-        raise InputError(f"--calibration {value}: no such file; give a calibration profile "
-                         "(TOML) that `phasewise calibrate` wrote.")
+        raise InputError(f"calibration file {value} does not exist; check the path (a "
+                         "profile `phasewise calibrate` wrote).")
     check_calibration(read_toml(path, what="calibration profile"), str(path))
     return value
 
