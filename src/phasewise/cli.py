@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         sys.stderr.write(f"error: {_usage_line(err)}\n")
         sys.exit(2)
-    except (KeyboardInterrupt, click_errors.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)  # as click's standalone mode ends
