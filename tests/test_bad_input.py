@@ -71,6 +71,8 @@ def files(tmp_path):
     (tmp_path / "trace_nan.csv").write_text("arrival_s,input_tokens,output_tokens\nnan,128,16\n")
     (tmp_path / "trace_huge.csv").write_text("arrival_s,input_tokens,output_tokens\n0,1e30,16\n")
     (tmp_path / "len_zero.txt").write_text("0\n")
+    (tmp_path / "trace_big_field.csv").write_text("arrival_s,input_tokens,output_tokens\n0,"
+                                                  + "1" * 200_000 + ",16\n")
     (tmp_path / "profile_v99.json").write_text(json.dumps({"schema_version": 99,
                                                            "ceilings": {}}))
     return tmp_path
@@ -128,6 +130,7 @@ SEEN_CASES = [
     (["simulate", "--no-progress", "--trace", "trace_nan.csv"], ["arrival_s", "finite"]),
     (["simulate", "--no-progress", "--trace", "trace_huge.csv"], ["input_tokens"]),
     (["simulate", "--no-progress", "--trace", "binary.json"], ["utf-16"]),
+    (["simulate", "--no-progress", "--trace", "trace_big_field.csv"], ["line 2", "field"]),
     ([*SIM, "--requests-out", "binary.json/r.jsonl"], ["is a file"]),
     ([*SIM, "--requests-out", "no/such/dir/r.jsonl"], ["does not exist"]),
     ([*SIM, "--requests-out", "a_dir"], ["folder"]),
