@@ -54,7 +54,8 @@ def files(tmp_path):
     (tmp_path / "plain_file").write_text("x")
     (tmp_path / "a_dir").mkdir()
     for name, old, new in (("negative_latency", "latency_us = 3.0", "latency_us = -3.0"),
-                           ("nan_bandwidth", "bandwidth_gb_per_s = 3350", "bandwidth_gb_per_s = nan"),
+                           ("nan_bandwidth", "bandwidth_gb_per_s = 3350",
+                            "bandwidth_gb_per_s = nan"),
                            ("inf_peak", "bf16_tflops = 989.4", "bf16_tflops = inf"),
                            ("huge_capacity", "capacity_gb = 80", "capacity_gb = 1e300"),
                            ("negative_price", "usd_per_hour = 2.99", "usd_per_hour = -2.99"),

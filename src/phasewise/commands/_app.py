@@ -70,14 +70,23 @@ def number(text: str | float | None, flag: str, *, minimum: float | None = None,
         raise InputError(f"{flag} '{text}': not a number; give one such as {example}.") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise InputError(f"{flag} {text}: give a finite number such as {example}.")
-    low = f"at least {minimum:g}" if minimum is not None else \
-        f"above {above:g}" if above is not None else ""
-    high = f"at most {maximum:g}" if maximum is not None else \
-        f"below {below:g}" if below is not None else ""
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum) \
             or (above is not None and value <= above) or (below is not None and value >= below):
-        raise InputError(f"{flag} {text}: give a number {' and '.join(filter(None, (low, high)))}.")
+        bounds = _range_text(minimum, maximum, above, below)
+        raise InputError(f"{flag} {text}: give a number {bounds}.")
     return value
+
+
+def _range_text(minimum: float | None, maximum: float | None, above: float | None,
+                below: float | None) -> str:
+    """'in [0, 1)', 'at least 0', 'above 0' ... for a range's bounds."""
+    low, high = (minimum, above)[minimum is None], (maximum, below)[maximum is None]
+    if low is not None and high is not None:
+        return (f"in {'[' if minimum is not None else '('}{low:g}, {high:g}"
+                f"{']' if maximum is not None else ')'}")
+    if low is not None:
+        return f"{'at least' if minimum is not None else 'above'} {low:g}"
+    return f"{'at most' if maximum is not None else 'below'} {high:g}"
 
 
 def whole(text: str | int | None, flag: str, *, minimum: int = 1,
@@ -165,8 +174,7 @@ def echo(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
-# Piped output with no terminal to fit (a file, CI): tables keep their natural width up to
-# this many columns, and fold their cells past it.
+# Piped output with no terminal to fit (a file, CI): the width tables are laid out in.
 PIPED_WIDTH = 200
 
 
