@@ -703,17 +703,20 @@ def _report(outcomes: list[Outcome], leftovers: list[str], elapsed: float) -> No
             print(f"FAIL {o.case.name[:70]}: {'; '.join(o.problems)} | {last}")
     n = len(outcomes)
     refused = [o for o in outcomes if o.rc == 2]
+    def count(*starts: str) -> int:
+        return sum(any(p.startswith(starts) for p in o.problems) for o in outcomes)
+
     kinds = {
         "cases": n,
-        "ended right (exit 2 with one line, or a correct run)": sum(not o.problems for o in outcomes),
-        "tracebacks": sum("traceback" in o.problems for o in outcomes),
-        "other exit codes (bugs)": sum(any(p.startswith("exit ") for p in o.problems) for o in outcomes),
-        "hangs or kills (> 10 CPU s)": sum(any(p.startswith("hang") for p in o.problems) for o in outcomes),
-        "bad input accepted": sum("bad input accepted (exit 0)" in o.problems for o in outcomes),
-        "NaN, infinite or negative output": sum(any(p.startswith(("nonsense", "negative", "invalid JSON"))
-                                                    for p in o.problems) for o in outcomes),
-        "refusals not one line": sum(any(p.startswith("refusal is") for p in o.problems) for o in outcomes),
-        "refusals over 1 GiB peak": sum(any("GiB" in p for p in o.problems) for o in outcomes),
+        "ended right (exit 2 with one line, or a correct run)":
+            sum(not o.problems for o in outcomes),
+        "tracebacks": count("traceback"),
+        "other exit codes (bugs)": count("exit "),
+        "hangs or kills (> 10 CPU s)": count("hang"),
+        "bad input accepted": count("bad input accepted"),
+        "NaN, infinite or negative output": count("nonsense", "negative", "invalid JSON"),
+        "refusals not one line": count("refusal is"),
+        "refusals over 1 GiB peak": count("refusal peaked"),
         "temporary files left behind": len(leftovers),
     }
     print()
@@ -721,7 +724,8 @@ def _report(outcomes: list[Outcome], leftovers: list[str], elapsed: float) -> No
         share = f" ({100 * value / n:.1f}%)" if label.startswith("ended") and n else ""
         print(f"{label:55} {value}{share}")
     if refused:
-        print(f"{'peak memory of a refusal, max':55} {max(o.rss_kib for o in refused) / 1024:.0f} MiB")
+        peak_mib = max(o.rss_kib for o in refused) / 1024
+        print(f"{'peak memory of a refusal, max':55} {peak_mib:.0f} MiB")
     print(f"{'CPU seconds per case, max':55} {max(o.cpu_s for o in outcomes):.2f}")
     print(f"{'wall seconds, all cases':55} {elapsed:.0f}")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from phasewise.cli import main
+from phasewise.errors import InputError
 
 CATALOG = Path(__file__).resolve().parent.parent / "src" / "phasewise" / "catalog"
 H100_SHEET = (CATALOG / "hardware" / "h100-sxm.toml").read_text()
@@ -53,7 +54,8 @@ def files(tmp_path):
     (tmp_path / "plain_file").write_text("x")
     (tmp_path / "a_dir").mkdir()
     for name, old, new in (("negative_latency", "latency_us = 3.0", "latency_us = -3.0"),
-                           ("nan_bandwidth", "bandwidth_gb_per_s = 3350", "bandwidth_gb_per_s = nan"),
+                           ("nan_bandwidth", "bandwidth_gb_per_s = 3350",
+                            "bandwidth_gb_per_s = nan"),
                            ("inf_peak", "bf16_tflops = 989.4", "bf16_tflops = inf"),
                            ("huge_capacity", "capacity_gb = 80", "capacity_gb = 1e300"),
                            ("negative_price", "usd_per_hour = 2.99", "usd_per_hour = -2.99"),
@@ -64,9 +66,14 @@ def files(tmp_path):
     (tmp_path / "unknown_section.toml").write_text(H100_SHEET + "\n[memroy]\nkind = 'HBM3'\n")
     (tmp_path / "sheet_as_calibration.toml").write_text(H100_SHEET)
     (tmp_path / "calibration_typo.toml").write_text("[globel]\ngemm_fraction = 0.5\n")
+    (tmp_path / "calibration_huge.toml").write_text("[global]\nstep_overhead_s = 1e300\n")
+    (tmp_path / "long_name.toml").write_text(H100_SHEET.replace('name = "h100-sxm"',
+                                                                f'name = "{"h" * 100_000}"', 1))
     (tmp_path / "trace_nan.csv").write_text("arrival_s,input_tokens,output_tokens\nnan,128,16\n")
     (tmp_path / "trace_huge.csv").write_text("arrival_s,input_tokens,output_tokens\n0,1e30,16\n")
     (tmp_path / "len_zero.txt").write_text("0\n")
+    (tmp_path / "trace_big_field.csv").write_text("arrival_s,input_tokens,output_tokens\n0,"
+                                                  + "1" * 200_000 + ",16\n")
     (tmp_path / "profile_v99.json").write_text(json.dumps({"schema_version": 99,
                                                            "ceilings": {}}))
     return tmp_path
@@ -93,6 +100,10 @@ SEEN_CASES = [
     (["estimate", "-H", str(CATALOG / "calibration" / "default.toml")],
      ["calibration profile", "--calibration"]),
     (["estimate", "--calibration", "calibration_typo.toml"], ["globel", "global"]),
+    (["estimate", "--calibration", "calibration_huge.toml"], ["step_overhead_s"]),
+    (["estimate", "-H", "long_name.toml"], ["100,000 characters"]),
+    (["estimate", "--isl", ",".join(["1"] * 1000), "--osl", ",".join(["1"] * 1000)],
+     ["1,000,000 estimates"]),
     (["estimate", "--isl", "inf"], ["--isl", "finite"]),
     (["estimate", "--isl", "100000000"], ["--isl"]),
     (["estimate", "--price", "nan"], ["--price"]),
@@ -120,6 +131,7 @@ SEEN_CASES = [
     (["simulate", "--no-progress", "--trace", "trace_nan.csv"], ["arrival_s", "finite"]),
     (["simulate", "--no-progress", "--trace", "trace_huge.csv"], ["input_tokens"]),
     (["simulate", "--no-progress", "--trace", "binary.json"], ["utf-16"]),
+    (["simulate", "--no-progress", "--trace", "trace_big_field.csv"], ["line 2", "field"]),
     ([*SIM, "--requests-out", "binary.json/r.jsonl"], ["is a file"]),
     ([*SIM, "--requests-out", "no/such/dir/r.jsonl"], ["does not exist"]),
     ([*SIM, "--requests-out", "a_dir"], ["folder"]),
@@ -238,3 +250,11 @@ def test_the_python_api_exports_the_verbs_with_errors_naming_parameters():
         phasewise.Precision(kv_keep=float("nan"))
     summary = phasewise.simulate(num_requests=20, rate_per_s=2.0, seed=1)
     assert summary.requests == 20
+
+
+def test_json_output_never_holds_nan_or_infinity():
+    from phasewise.report.output import to_json
+
+    assert to_json({"ttft_s": 0.25}) == '{\n  "ttft_s": 0.25\n}\n'
+    with pytest.raises(InputError, match=r"prefill\.time_s of this result"):
+        to_json({"prefill": {"time_s": float("inf")}})

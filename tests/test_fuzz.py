@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phasewise.cli import main
+from test_bad_input import run
 
 # Values as a user could type them: numbers of every size and sign, their text forms, the
 # special floats, suffixes, lists and plain garbage.
@@ -30,16 +30,6 @@ SIMULATE_FLAGS = ["--isl", "--osl", "-n", "--rate", "--seed", "--cv", "--prefix-
                   "--max-num-batched-tokens", "--ttft", "--tpot", "--slo-percentile",
                   "--replicas"]
 NON_NEGATIVE = ("_s", "_bytes", "_tokens", "_per_s", "requests")
-
-
-def run(args, capsys):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def assert_sound(code, out, err):

@@ -75,11 +75,10 @@ def main(argv: list[str] | None = None) -> None:
             raise
         sys.stderr.write(f"error: {_usage_line(err)}\n")
         sys.exit(2)
-    except (KeyboardInterrupt, _ABORT):
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    if isinstance(code, int) and code:
-        sys.exit(code)
+    sys.exit(code if isinstance(code, int) else 0)  # as click's standalone mode ends
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ class Field:
             _check_number(value, where, self)
         elif self.kind == "text" and not isinstance(value, str):
             raise InputError(f"{where} must be text in quotes, got {_shown(value)}; fix it.")
+        elif self.kind == "text" and len(value) > (self.maximum or MAX_TEXT_CHARS):
+            raise InputError(f"{where} is {len(value):,} characters long, past "
+                             f"{int(self.maximum or MAX_TEXT_CHARS):,}; shorten it.")
         elif self.kind == "texts" and not (isinstance(value, list)
                                            and all(isinstance(v, str) for v in value)):
             raise InputError(f"{where} must be a list of texts such as [\"a\", \"b\"], got "
@@ -67,8 +70,12 @@ def _positive(maximum: float) -> Field:
     return Field("number", 0.0, maximum, positive=True)
 
 
-TEXT, TEXTS = Field("text"), Field("texts")
-SOURCE = {"source": TEXT, "note": TEXT, "notes": TEXT, "date": TEXT}
+# Names are short; sources and notes run to a paragraph or two (the longest bundled one
+# is under 2,000 characters).
+MAX_NAME_CHARS = 200
+MAX_TEXT_CHARS = 16_384
+NAME, TEXT, TEXTS = Field("text", maximum=MAX_NAME_CHARS), Field("text"), Field("texts")
+SOURCE = {"source": TEXT, "note": TEXT, "notes": TEXT, "date": NAME}
 
 # Bounds: above every device a sheet describes by orders of magnitude (the largest today:
 # ~20 PFLOP/s of fp4, 288 GB of HBM at 8 TB/s; CPU hosts with up to 24 TB of memory), so
@@ -81,7 +88,7 @@ MAX_DEVICES_PER_DOMAIN = 100_000
 MAX_POWER_W = 1e6
 MAX_USD_PER_HOUR = 1e5
 
-LINK_KEYS = {"name": TEXT, "display_name": TEXT, "kind": TEXT, "scope": TEXT, "topology": TEXT,
+LINK_KEYS = {"name": NAME, "display_name": NAME, "kind": NAME, "scope": NAME, "topology": NAME,
              "bandwidth_gb_per_s": _positive(MAX_BANDWIDTH_GB_PER_S),
              "latency_us": Field("number", 0.0, MAX_LATENCY_US),
              "max_devices": Field("whole", 1, MAX_DEVICES_PER_DOMAIN), **SOURCE}
@@ -90,11 +97,11 @@ MAX_PURCHASE_USD = 1e8
 # Every key a hardware sheet may hold: top-level keys, then each [section]'s. Keys of
 # [compute] are peak rates named <format>_tflops (matched by COMPUTE_KEY) plus its source.
 HARDWARE_SHEET: dict[str, Any] = {
-    "name": TEXT, "display_name": TEXT, "vendor": TEXT, "device_class": TEXT,
+    "name": NAME, "display_name": NAME, "vendor": NAME, "device_class": NAME,
     "aliases": TEXTS, "released": Field("whole", 1970, 2200), "notes": TEXT,
     "compute": {"native_formats": TEXTS, **SOURCE},
     "memory": {"capacity_gb": _positive(MAX_CAPACITY_GB),
-               "bandwidth_gb_per_s": _positive(MAX_BANDWIDTH_GB_PER_S), "kind": TEXT,
+               "bandwidth_gb_per_s": _positive(MAX_BANDWIDTH_GB_PER_S), "kind": NAME,
                **SOURCE},
     "interconnect": LINK_KEYS,
     "host_link": LINK_KEYS,
@@ -119,6 +126,32 @@ LINK_SHEET: dict[str, Any] = LINK_KEYS
 # A calibration profile's sections; constants inside are checked by name where the
 # profile is read (cost.calibration), against parameters.toml.
 CALIBRATION_SECTIONS = ("fit", "global", "class", "arch", "device", "engine")
+
+# A calibrated constant's bounds: a per-step or per-kernel overhead of more than a second
+# describes no accelerator; no efficiency, count or byte threshold reaches 1e12.
+MAX_OVERHEAD_S = 1.0
+MAX_CONSTANT = 1e12
+
+
+def _constants(doc: dict[str, Any], origin: str) -> list[tuple[str, str, Any]]:
+    """(where, name, value) of every constant of a profile's level tables: [global],
+    [class.X], [arch.X], [device.X], [engine.X] and its class and backend sub-tables."""
+    tables = [(f"{origin} [global]", doc.get("global"))]
+    for section in ("class", "arch", "device", "engine"):
+        for name, table in (doc.get(section) or {}).items():
+            tables.append((f"{origin} [{section}.{name}]", table))
+            if section == "engine" and isinstance(table, dict):
+                for sub in ("class", "backend"):
+                    tables += [(f"{origin} [engine.{name}.{sub}.{k}]", t)
+                               for k, t in (table.get(sub) or {}).items()]
+    out = []
+    for where, table in tables:
+        for name, entry in (table or {}).items() if isinstance(table, dict) else ():
+            if isinstance(entry, dict) and name in ("class", "backend"):
+                continue
+            out.append((where, name, entry.get("value") if isinstance(entry, dict) else entry))
+    return out
+
 
 _KIND_MARKS = {
     "hardware sheet": ("compute", "memory"),
@@ -183,6 +216,12 @@ def check_calibration(doc: dict[str, Any], origin: str) -> dict[str, Any]:
             raise _unknown(section, list(CALIBRATION_SECTIONS), origin)
         if not isinstance(value, dict):
             raise InputError(f"{origin}: '{section}' must be a [{section}] section; fix it.")
+    for where, name, value in _constants(doc, origin):
+        limit = MAX_OVERHEAD_S if name.endswith("_s") else MAX_CONSTANT
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or not 0 < value <= limit:
+            raise InputError(f"{where} {name} = {_shown(value)}: give a positive finite number "
+                             f"of at most {limit:g}.")
     if not any(doc.get(s) for s in CALIBRATION_SECTIONS if s != "fit"):
         raise InputError(f"{origin}: the calibration profile holds no constants; give a file "
                          "`phasewise calibrate` or `phasewise validate --write-calibration` "

@@ -70,14 +70,23 @@ def number(text: str | float | None, flag: str, *, minimum: float | None = None,
         raise InputError(f"{flag} '{text}': not a number; give one such as {example}.") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise InputError(f"{flag} {text}: give a finite number such as {example}.")
-    low = f"at least {minimum:g}" if minimum is not None else \
-        f"above {above:g}" if above is not None else ""
-    high = f"at most {maximum:g}" if maximum is not None else \
-        f"below {below:g}" if below is not None else ""
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum) \
             or (above is not None and value <= above) or (below is not None and value >= below):
-        raise InputError(f"{flag} {text}: give a number {' and '.join(filter(None, (low, high)))}.")
+        bounds = _range_text(minimum, maximum, above, below)
+        raise InputError(f"{flag} {text}: give a number {bounds}.")
     return value
+
+
+def _range_text(minimum: float | None, maximum: float | None, above: float | None,
+                below: float | None) -> str:
+    """'in [0, 1)', 'at least 0', 'above 0' ... for a range's bounds."""
+    low, high = (minimum, above)[minimum is None], (maximum, below)[maximum is None]
+    if low is not None and high is not None:
+        return (f"in {'[' if minimum is not None else '('}{low:g}, {high:g}"
+                f"{']' if maximum is not None else ')'}")
+    if low is not None:
+        return f"{'at least' if minimum is not None else 'above'} {low:g}"
+    return f"{'at most' if maximum is not None else 'below'} {high:g}"
 
 
 def whole(text: str | int | None, flag: str, *, minimum: int = 1,
@@ -91,9 +100,11 @@ def whole(text: str | int | None, flag: str, *, minimum: int = 1,
         value = number(text, flag, example=str(max(minimum, 1)))
         if value != int(value):
             raise InputError(f"{flag} {text}: give a whole number such as {max(minimum, 1)}.")
-    if not minimum <= value <= maximum:
-        raise InputError(f"{flag} {text}: give a whole number from {minimum:,} to "
-                         f"{maximum:,}.")
+    if value < minimum:
+        raise InputError(f"{flag} {text}: give a whole number of at least {minimum:,}.")
+    if value > maximum:
+        raise InputError(f"{flag} {text} is beyond any real workload (limit {maximum:,}); "
+                         "check the number.")
     return int(value)
 
 
@@ -163,34 +174,32 @@ def echo(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
-# Piped output with no terminal to fit (a file, CI): tables keep their natural width up to
-# this many columns, and fold their cells past it.
+# Piped output with no terminal to fit (a file, CI): the width tables are laid out in.
 PIPED_WIDTH = 200
 
 
 def console() -> Any:
-    """A rich console for stdout at the terminal's width, or when piped at ``_piped_width``;
-    a table wider than that folds its cells onto more lines rather than cutting numbers."""
+    """A rich console for stdout at the terminal's width, or when piped at ``_piped_width``.
+    A table whose narrowest layout is wider than that is printed at that layout's width
+    (the terminal wraps its lines) instead of having its numbers cut to "…"."""
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
     class Unclipped(Console):
         def print(self, *objects: Any, **options: Any) -> None:
             for item in objects:
-                if isinstance(item, Table):
-                    for column in item.columns:
-                        column.overflow = "fold"
-            super().print(*objects, **options)
+                needed = Measurement.get(self, self.options, item).minimum \
+                    if isinstance(item, Table) else 0
+                super().print(item, **options, **({"width": needed}
+                                                  if needed > self.width else {}))
 
     return Unclipped(soft_wrap=False, width=None if sys.stdout.isatty() else _piped_width())
 
 
 def _piped_width() -> int:
-    """$COLUMNS, else the terminal stderr still shows (`phasewise ... | less`), else
-    PIPED_WIDTH."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    """The terminal stderr still shows (`phasewise ... | less`), else PIPED_WIDTH. ($COLUMNS
+    is not taken: test runners and shells set it for their own terminal.)"""
     try:
         return os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError):
@@ -268,8 +277,8 @@ def calibration_file(value: str | None) -> str | None:
 
     path = Path(value).expanduser()
     if not path.exists():
-        raise InputError(f"--calibration {value}: no such file; give a calibration profile "
-                         "(TOML) that `phasewise calibrate` wrote.")
+        raise InputError(f"calibration file {value} does not exist; check the path (a "
+                         "profile `phasewise calibrate` wrote).")
     check_calibration(read_toml(path, what="calibration profile"), str(path))
     return value
 

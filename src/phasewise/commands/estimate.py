@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Optional
 
 import typer
@@ -13,8 +14,11 @@ from phasewise.commands._app import (MAX_DEVICES, act_dtype_option, app, batch_s
                                      isl_option, kv_dtype_option, kv_keep_option, osl_option,
                                      pp_option, split_list, weight_dtype_option)
 from phasewise.commands._whatif import WhatIfFlags, fraction, priced_device, render_whatifs
+from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
+# Estimates one sweep runs (about a thousand a second): past this a list is a typo.
+MAX_SWEEP_POINTS = 10_000
 DEFAULT_HARDWARE = "h100-sxm"
 
 
@@ -98,10 +102,13 @@ def estimate(
                           prefill_pool=prefill_pool, decode_pool=decode_pool,
                           prefill_tp=prefill_tp, decode_tp=decode_tp, link=link,
                           link_bandwidth=link_bandwidth, link_latency=link_latency, mix=mix)
-    grid = itertools.product(split_list(model, "--model", str),
-                             split_list(hardware, "--hardware", str), ints(isl, "--isl"),
-                             ints(osl, "--osl"), ints(batch_size, "--batch-size"),
-                             ints(tp, "--tp", maximum=MAX_DEVICES))
+    axes = (split_list(model, "--model", str), split_list(hardware, "--hardware", str),
+            ints(isl, "--isl"), ints(osl, "--osl"), ints(batch_size, "--batch-size"),
+            ints(tp, "--tp", maximum=MAX_DEVICES))
+    if math.prod(map(len, axes)) > MAX_SWEEP_POINTS:
+        raise InputError(f"the comma lists sweep {math.prod(map(len, axes)):,} estimates, more "
+                         f"than {MAX_SWEEP_POINTS:,}; sweep fewer values at a time.")
+    grid = itertools.product(*axes)
     results = [
         run_estimate(m, priced_device(h, price), Workload(i, o, b), precision,
                      Parallelism(t, pp, ep), cost=cost or DEFAULT_COST_MODEL, detail=detail,

@@ -5,11 +5,36 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any, Iterable
+
+from phasewise.errors import InputError
 
 
 def to_json(document: Any) -> str:
-    return json.dumps(document, indent=2, sort_keys=False, default=str) + "\n"
+    """The document as JSON. JSON has no NaN or infinity: a document holding one (inputs
+    past any real range that slipped through) is refused with the figure's place, never
+    written as invalid JSON."""
+    try:
+        return json.dumps(document, indent=2, sort_keys=False, default=str,
+                          allow_nan=False) + "\n"
+    except ValueError:
+        where = _non_finite(document) or "a figure"
+        raise InputError(f"{where} of this result is not a finite number: the inputs lie "
+                         "past any real range; check them.") from None
+
+
+def _non_finite(document: Any, path: str = "") -> str:
+    """The dotted path of the first NaN or infinite float in ``document``, or ''."""
+    if isinstance(document, float) and not math.isfinite(document):
+        return path or "the result"
+    items = document.items() if isinstance(document, dict) else \
+        enumerate(document) if isinstance(document, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite(value, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return ""
 
 
 def flatten(document: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -262,7 +262,7 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
         raise InputError(f"{path}, line 1: the header lacks {', '.join(missing)}; a trace needs "
                          f"the columns {', '.join(TRACE_COLUMNS)}.")
     rows = []
-    for number, fields in enumerate(reader, start=2):
+    for number, fields in enumerate(_csv_records(reader, path), start=2):
         if not fields or not "".join(fields).strip():
             continue
         if len(fields) < len(header):
@@ -270,6 +270,21 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
                              f"{len(header)}.")
         rows.append((number, dict(zip(header, (f.strip() for f in fields)))))
     return rows
+
+
+def _csv_records(reader, path: Path):  # noqa: ANN001, ANN202 - a csv reader, its rows
+    """The reader's rows; a row the csv module cannot read (a field past its size limit)
+    is an InputError naming its line, not a csv.Error."""
+    import csv
+
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise InputError(f"{path}, line {reader.line_num}: not readable as CSV ({err}).") \
+                from None
 
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[int, dict]]:
