@@ -13,7 +13,6 @@ from phasewise.cost.calibration import (Constants, Profile, configure, constants
                                         level_keys, load_profile, parameter_defs,
                                         profile_from_document, profile_to_toml, resolve_engine,
                                         traits_for)
-from phasewise.cost.engines import DEVICES_PATH
 from phasewise.cost.fit import Observation, _Problem, fit_profile
 from phasewise.cost.registry import cost_model_for
 from phasewise.errors import InputError
@@ -185,7 +184,7 @@ def test_mxfp4_experts_run_on_blackwell_fp4_tensor_cores_in_builds_after_pr_1790
 
     assert factor("dgx-spark", new, experts) == pytest.approx(500.0 / 250.0)
     assert factor("dgx-spark", old, experts) == 1.0
-    # a GeForce RTX 5090 also accumulates fp16 at twice its sheet's rate (devices.toml)
+    # a GeForce RTX 5090 also accumulates fp16 at twice its sheet's rate ([architecture])
     assert factor("rtx-5090", new, experts) == pytest.approx(2.0 * 1676.0 / 838.0)
     assert factor("rtx-4090", new, experts) == factor("rtx-4090", old, experts) == 2.0
     assert factor("b200", new, experts) == 1.0  # sm_100: llama.cpp builds no FP4 path for it
@@ -541,7 +540,7 @@ def test_decode_attention_streams_the_kv_cache_at_its_own_share_of_the_bandwidth
 def test_llama_cpp_picks_its_moe_tile_against_the_whole_micro_batch():
     """mul_mat_q_case: widths 8..128 (steps of 16 from 48), the first with the fewest
     tiles for all the pass's tokens."""
-    from phasewise.cost.calibrated import moe_tile_padding, moe_tile_width
+    from phasewise.lower.llama_cpp import moe_tile_padding, moe_tile_width
 
     assert [moe_tile_width(t, 128) for t in (8, 16, 32, 50, 128, 200, 512)] == \
         [8, 16, 32, 64, 128, 112, 128]
@@ -603,7 +602,7 @@ def test_routed_experts_in_a_block_format_pay_the_dequant_factors_like_dense_gem
     """A MoE GEMM's weight bytes cover every expert it touches: its bytes per weight are
     its weight bytes over FLOPs ÷ 2m, not over one expert's n × k. Q4_K_M takes 4.89 bits a
     weight (4.58 GiB for Llama 3 8B's 8.03 B weights, as llama-bench prints the file)."""
-    from phasewise.cost.calibrated import weight_elements
+    from phasewise.lower.generic import weight_elements
 
     model = load_model("qwen3-30b-a3b")
     rtx = load_hardware("rtx-4090")
@@ -625,7 +624,7 @@ def test_llama_cpp_metal_reads_weights_again_for_later_tokens_of_small_batches()
     routed expert once per token sent to it: 16 tokens of Qwen3-30B-A3B (128 experts, top
     8) touch 128·(1 − (120/128)^16) = 82.42 experts with 128 (token, expert) pairs, so the
     expert weights are read 128 / 82.42 = 1.553 times on average."""
-    from phasewise.cost.calibrated import weight_passes
+    from phasewise.lower.llama_cpp import weight_passes
 
     m2 = load_hardware("m2-max")
     rtx = load_hardware("rtx-4090")
@@ -739,7 +738,7 @@ def test_the_matrix_vector_count_is_fitted_per_compute_backend():
 
 
 def test_a_device_s_streaming_rate_falls_back_to_its_architecture_then_its_class():
-    """bandwidth_fraction has a level per architecture (devices.toml [architecture]) between
+    """bandwidth_fraction has a level per architecture (the sheet's [architecture] name) between
     the device and its class: an RTX 4070 Ti with no value of its own takes Ada's (informed
     by its siblings), an RTX 3090 with none for Ampere GA10x its class's; the matmul
     fraction has no such level, and Apple parts are not grouped."""
@@ -760,10 +759,14 @@ def test_a_device_s_streaming_rate_falls_back_to_its_architecture_then_its_class
     assert constants_for(profile, load_hardware("rtx-4090"), llama).bandwidth_fraction == 0.95
     again = profile_from_document(tomllib.loads(profile_to_toml(profile)), "x")
     assert again.values == profile.values
-    # every listed device is in the catalog, in one architecture only
-    table = tomllib.loads(DEVICES_PATH.read_text())["architecture"]
-    listed = [d for name, devices in table.items() if name != "source" for d in devices]
-    assert len(listed) == len(set(listed)) and set(listed) <= set(hardware_names())
+    # an architecture groups siblings (a level of one device adds nothing), each with a source
+    by_arch: dict[str, list[str]] = {}
+    for name in hardware_names():
+        device = load_hardware(name)
+        if device.architecture:
+            assert "architecture" in device.sources, name
+            by_arch.setdefault(device.architecture, []).append(name)
+    assert by_arch and all(len(devices) >= 2 for devices in by_arch.values()), by_arch
 
 
 def test_grouping_by_architecture_keeps_a_device_s_prior_about_its_class():

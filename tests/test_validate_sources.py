@@ -302,7 +302,7 @@ def test_pr_7716_master_ran_mmq_in_4_token_tiles_reading_the_weights_once_per_ti
     # weights, so a 16-token micro-batch of Llama 3 8B Q5_1 reads its GEMM weights 16 / 4
     # = 4 times and a 32-token one 8 times; 4 tokens read them once, and 64 tokens take
     # the fp16 copy, read once. PR #7860's master (after #7716) is not this path.
-    from phasewise.cost.calibrated import weight_passes
+    from phasewise.lower.llama_cpp import weight_passes
     from phasewise.ledger import Step, build_ledger
     for record, tokens, passes in (("LPCU-0004", 16, 4), ("LPCU-0005", 32, 8),
                                    ("LPCU-0006", 64, 1)):

@@ -12,26 +12,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from phasewise.cost.engines import (GENERIC_ENGINE, Engine, Traits, architecture_of, backend_of,
-                                    configure, engine_names, engines, resolve_engine,
-                                    traits_for)
+from phasewise.catalog.calibration_data import parameters_document, read_profile_document
 from phasewise.errors import InputError, nearest_hint
-from phasewise.files import read_toml
+from phasewise.lower.engines import (GENERIC_ENGINE, Engine, Traits, architecture_of, backend_of,
+                                     configure, engine_names, engines, resolve_engine,
+                                     traits_for)
 from phasewise.specs import HardwareSpec
 
 __all__ = ["Constants", "Engine", "GENERIC_ENGINE", "ParameterDef", "Profile", "Traits",
            "configure", "constants_for", "engine_names", "engines", "level_keys",
            "load_profile", "parameter_defs", "profile_from_document", "profile_to_toml",
            "resolve_engine", "traits_for"]
-
-CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "catalog" / "calibration"
-PARAMETERS_PATH = CALIBRATION_DIR / "parameters.toml"
-DEFAULT_PROFILE_PATH = CALIBRATION_DIR / "default.toml"
-
 
 @dataclass(frozen=True, slots=True)
 class Constants:
@@ -87,9 +81,9 @@ class Profile:
                                       for k, v in sorted(self.values.items()))))
 
 
-@lru_cache(maxsize=1)
 def parameter_defs() -> dict[str, ParameterDef]:
-    doc = read_toml(PARAMETERS_PATH, what="calibration file")
+    """Each constant's definition (``parameters.toml``), by name."""
+    doc = parameters_document()
     return {name: ParameterDef(name, str(d["level"]), float(d["prior"]), float(d["spread"]),
                                bool(d.get("by_class", False)), bool(d.get("global_only", False)),
                                float(d.get("upper", 0.0)), str(d.get("unit", "")),
@@ -113,8 +107,6 @@ def level_keys(hardware: HardwareSpec, engine: Engine, parameter: ParameterDef) 
                 else [f"engine:{name}/class:{cls}"] if parameter.by_class else []) + \
             [f"engine:{name}"]
     return keys + ["global"]
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +151,7 @@ def prior_profile() -> Profile:
     return Profile(name="prior")
 
 
-def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
+def profile_from_document(doc: Mapping[str, Any], origin: str) -> Profile:
     """Read the nested TOML layout ([global], [class.X], [arch.X], [device.X], [engine.X],
     [engine.X.class.Y]) into level keys, checking each constant name."""
     known = parameter_defs()
@@ -195,15 +187,12 @@ def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
                    records=records, fit=dict(doc.get("fit", {})))
 
 
-@lru_cache(maxsize=16)
 def load_profile(path: str | None = None) -> Profile:
-    """The bundled default profile, or a user's calibration TOML; read once per process."""
-    where = Path(path).expanduser() if path else DEFAULT_PROFILE_PATH
-    if path and not where.is_file():
-        raise InputError(f"calibration file {path} does not exist; check the path.")
-    if not where.is_file():
+    """The bundled default profile, or a user's calibration TOML."""
+    document, origin = read_profile_document(path)
+    if document is None:
         return prior_profile()
-    return profile_from_document(read_toml(where, what="calibration file"), str(where))
+    return profile_from_document(document, origin)
 
 
 def profile_to_toml(profile: Profile) -> str:

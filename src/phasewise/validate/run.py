@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from phasewise.cost.calibrated import Calibrated, split_prefill
+from phasewise.cost.calibrated import Calibrated
+from phasewise.lower import split_prefill
 from phasewise.cost.calibration import Profile, configure, load_profile
-from phasewise.cost.engines import backend_of
+from phasewise.lower import backend_of
 from phasewise.cost.fit import FitResult, Observation, fit_profile
 from phasewise.errors import InputError
 from phasewise.estimate import estimate
