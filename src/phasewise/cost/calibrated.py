@@ -1,62 +1,44 @@
-"""The expected time: each ledger operator priced with fitted efficiencies and overheads.
+"""The expected time: each kernel an engine runs priced with fitted efficiencies and overheads.
 
-For one operator of ``calls`` kernel calls (DESIGN.md, cost models):
+The engine's lowering (``phasewise.lower``) turns each ledger operator into a ``Kernel``:
+the FLOPs it computes (tile padding and masked scores included), the bytes it moves (every
+pass over the weights), bytes moved by kernels of their own, launches, collective rounds,
+the unit it runs on and its rate factors. This module prices a kernel and knows no engine
+by name. For one kernel of ``calls`` calls (DESIGN.md, cost models):
 
     compute_s = FLOPs / (peak · peak_factor · gemm_fraction · e)
         e = gemm_efficiency · I / (I + gemm_intensity_half · ridge) · (dequant_compute if
             block-quantized), I the GEMM's FLOPs per weight byte and ridge the ridge point
             the device reaches (peak · peak_factor · gemm_fraction ÷ (bandwidth ·
-            bandwidth_fraction)), for GEMMs; attention_efficiency for fused attention,
-            gemm_efficiency for unfused attention (its matmuls are GEMMs), 1 for
-            elementwise work
-    compute_s = FLOPs · (matvec_alu_ops · (1 − s + s / t) if block-quantized, else 1)
-                / vector peak
-            for a GEMM the engine runs as matrix-vector kernels on the vector ALUs
-            (``Traits.matvec_max_tokens``: llama.cpp's MMVQ and Metal mul_mv), t its tokens
-            per pass over the weights and s the share of the work that unpacks a block,
-            done once per pass (``Traits.matvec_unpack_share``)
+            bandwidth_fraction)), for GEMMs on the matrix units; attention_efficiency for
+            fused attention, gemm_efficiency for unfused attention (its matmuls are
+            GEMMs), 1 for elementwise work
+    compute_s = FLOPs · (matvec_alu_ops · alu_share if block-quantized, else 1)
+                / (vector peak · vector_rate)
+            for a GEMM on the vector ALUs (matrix-vector kernels); alu_share is the share of
+            the per-token work left once a pass's unpacking is shared by its tokens
     memory_s  = (bytes + calls · bytes_half) / (bandwidth · bandwidth_fraction
                  · bandwidth_efficiency · (dequant_bandwidth if block-quantized weights)
                  · (attention_bandwidth for attention))
         i.e. bandwidth ramps as s / (s + bytes_half) with s the bytes per call; attention
         streams the KV cache (decode) at its own share of the weight-streaming rate
-    serial_s  = serial bytes / (bandwidth · bandwidth_fraction · bandwidth_efficiency)
-    time_s    = max(compute_s, memory_s) + serial_s + kernels · kernel_overhead_s
+    serial_s  = extra bytes / (bandwidth · bandwidth_fraction · bandwidth_efficiency)
+    time_s    = max(compute_s, memory_s) + serial_s + launches · kernel_overhead_s
     collectives: bytes / (link bandwidth · link_efficiency)
-                 + hops · link latency · link_latency_factor + calls · kernel_overhead_s
-    step      = Σ operators + step_overhead_s
+                 + hops · link latency · link_latency_factor + launches · kernel_overhead_s
+    step      = Σ kernels + step_overhead_s
                 + parallel_step_overhead_s if the step runs on more than one device (the
                   engine's processes synchronise: the step's inputs go to every worker)
-
-The engine's documented traits (``engines.Traits``) change what an operator does, not
-how fast: ``peak_factor`` is the fp16-accumulate speed-up of an engine that accumulates in
-fp16 on a device that runs it faster; a GEMM over the engine's dequant-buffer threshold
-first converts its block-quantized weights to a 16-bit buffer in a kernel of its own
-(serial bytes: the stored weights read, 2 bytes per weight written), then multiplies the
-16-bit copy; an unfused attention runs its two matmuls at the engine's GEMM rate and moves
-each score through memory (``attention_score_bytes``, serial bytes), scoring every new
-token against every KV cell the pass holds and masking the rest: the ledger's FLOPs (its
-causal pairs) times keys / n, m · keys scores per head; an engine with its own all-reduce
-kernel pays its rounds per call (``allreduce_rounds``) instead of the ledger's tree rounds; a
-GEMM whose kernel computes whole tiles of tokens (llama.cpp's routed-expert MMQ tiles,
-``moe_tile_tokens``; its Metal matrix kernel's 32-token tiles, ``gemm_tile_tokens``) is
-priced at the FLOPs of the tiles, empty columns included; a GEMM the engine runs as
-matrix-vector products that stream the weights more than once (llama.cpp's Metal kernels
-for a few tokens; its CUDA MMQ's 4-token tiles before mid-2024, ``weight_passes``) reads its
-weight bytes that many times; a quantized GEMM of MXFP4-block weights the engine multiplies
-on the device's block-scaled FP4 matrix units instead of its int8 ones (llama.cpp's CUDA MMQ
-on CC 12.x Blackwell since December 2025, ``mxfp4_fp4_mma``) runs at the device's fp4 over
-int8 tensor rate times the rate a quantized GEMM otherwise gets.
 
 The GEMM's shape term sets its FLOPs per weight byte I (2m / bytes per weight for m tokens
 per call; routed tokens per expert for MoE) against the ridge point the device reaches (its
 best matmul rate ÷ its best streaming rate): a GEMM turns compute-bound near I = ridge, and
 one well below it costs gemm_intensity_half × its weight bytes at the device's streaming
 rate over the engine's GEMM efficiency, on any device, whatever its matmul ceiling, in any
-weight format. ``gemm_fraction`` and
-``bandwidth_fraction`` belong to the device (what its best kernels reach), the rest to
-the engine. The formula is written once, in ``priced_parts``, for
-scalars and numpy arrays alike, so the fit prices operators exactly as estimates do.
+weight format. ``gemm_fraction`` and ``bandwidth_fraction`` belong to the device (what its
+best kernels reach), the rest to the engine. The formula is written once, in
+``priced_parts``, for scalars and numpy arrays alike, so the fit prices kernels exactly as
+estimates do.
 """
 
 from __future__ import annotations

@@ -196,22 +196,28 @@ def load_profile(path: str | None = None) -> Profile:
 
 
 def profile_to_toml(profile: Profile) -> str:
-    """The nested layout profile_from_document reads, one inline table per constant."""
-    lines = ["# Calibrated cost model constants, fitted by `phasewise validate --write-calibration`.",
-             "# Each value records the measurements it was fitted to and the residual of those rows.",
-             ""]
+    """The nested layout profile_from_document reads: a table per level, one per constant
+    holding its value and the record of what it was fitted to."""
+    import tomli_w
+
+    document: dict[str, Any] = {}
     if profile.fit:
-        lines += ["[fit]"] + [f"{k} = {_toml_value(v)}" for k, v in profile.fit.items()] + [""]
+        document["fit"] = {k: _rounded(v) for k, v in profile.fit.items()}
     for key in sorted(profile.values, key=_level_order):
-        lines.append(f"[{_section(key)}]")
+        table = _level_table(document, key)
         for name in sorted(profile.values[key]):
             record = dict(profile.records.get(key, {}).get(name, {}))
-            record["value"] = profile.values[key][name]
-            ordered = {"value": record.pop("value"), **record}
-            inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in ordered.items())
-            lines.append(f"{name} = {{ {inner} }}")
-        lines.append("")
-    return "\n".join(lines)
+            record.pop("value", None)
+            table[name] = {"value": _rounded(profile.values[key][name]),
+                           **{k: _rounded(v) for k, v in record.items()}}
+    return PROFILE_HEADER + tomli_w.dumps(document)
+
+
+PROFILE_HEADER = ("# Calibrated cost model constants, fitted by `phasewise validate "
+                  "--write-calibration`.\n# Each value records the measurements it was fitted "
+                  "to and the residual of those rows.\n\n")
+# Significant digits a written constant keeps: far below any fit's standard error.
+WRITTEN_DIGITS = 6
 
 
 def _level_order(key: str) -> tuple[int, str]:
@@ -219,23 +225,26 @@ def _level_order(key: str) -> tuple[int, str]:
     return next(i for i, p in enumerate(order) if key.startswith(p)), key
 
 
-def _section(key: str) -> str:
+def _level_table(document: dict[str, Any], key: str) -> dict[str, Any]:
+    """The nested table of a level key: ``global``, ``class.X``, ``engine.X.class.Y``."""
     if key == "global":
-        return "global"
-    if key.startswith("engine:"):
+        path = ["global"]
+    elif key.startswith("engine:"):
         engine, _, rest = key.removeprefix("engine:").partition("/")
         kind, _, name = rest.partition(":")
-        return f'engine."{engine}"' + (f".{kind}.{name}" if rest else "")
-    kind, _, name = key.partition(":")
-    return f'{kind}."{name}"'
+        path = ["engine", engine] + ([kind, name] if rest else [])
+    else:
+        kind, _, name = key.partition(":")
+        path = [kind, name]
+    table = document
+    for part in path:
+        table = table.setdefault(part, {})
+    return table
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(float(f"{value:.6g}")) if isinstance(value, float) else str(value)
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.{WRITTEN_DIGITS}g}")
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
+        return [_rounded(v) for v in value]
+    return value
