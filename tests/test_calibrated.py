@@ -8,11 +8,20 @@ import pytest
 
 from phasewise import estimate
 from phasewise.catalog import hardware_names, load_hardware, load_model
-from phasewise.cost.calibrated import (Calibrated, op_features, priced_parts, split_prefill)
-from phasewise.cost.calibration import (Constants, Profile, configure, constants_for,
-                                        level_keys, load_profile, parameter_defs,
-                                        profile_from_document, profile_to_toml, resolve_engine,
-                                        traits_for)
+from phasewise.cost.calibrated import Calibrated, op_features, priced_parts, split_prefill
+from phasewise.cost.calibration import (
+    Constants,
+    Profile,
+    configure,
+    constants_for,
+    level_keys,
+    load_profile,
+    parameter_defs,
+    profile_from_document,
+    profile_to_toml,
+    resolve_engine,
+    traits_for,
+)
 from phasewise.cost.fit import Observation, _Problem, fit_profile
 from phasewise.cost.registry import cost_model_for
 from phasewise.errors import InputError
@@ -264,7 +273,7 @@ def test_llama_cpp_prefill_costs_the_sum_of_its_micro_batches():
     assert cost.traits.prefill_ubatch_tokens == 512
     est = estimate(model, rtx, Workload(2048, 1, 1), precision, cost=cost)
     chunks = [build_ledger(model, s, precision) for s in split_prefill(Step.prefill(2048), 512)]
-    assert est.ttft_s == pytest.approx(sum(cost.step_time(l, rtx).total.time_s for l in chunks))
+    assert est.ttft_s == pytest.approx(sum(cost.step_time(c, rtx).total.time_s for c in chunks))
 
 
 def test_engines_resolve_by_alias_and_unknown_ones_list_the_known():

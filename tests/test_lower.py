@@ -8,9 +8,16 @@ import pytest
 
 from phasewise import estimate
 from phasewise.catalog import load_hardware, load_model
-from phasewise.ledger import Op, Step, build_ledger
-from phasewise.lower import (LOWERINGS, Kernel, lower, lowering, register_lowering,
-                             resolve_engine, traits_for)
+from phasewise.ledger import Step, build_ledger
+from phasewise.lower import (
+    LOWERINGS,
+    Kernel,
+    lower,
+    lowering,
+    register_lowering,
+    resolve_engine,
+    traits_for,
+)
 from phasewise.specs import Parallelism, Precision
 
 

@@ -15,10 +15,14 @@ from phasewise.cost.calibration import load_profile  # noqa: E402
 from phasewise.errors import InputError  # noqa: E402
 from phasewise.ledger import Step, build_ledger  # noqa: E402
 from phasewise.measure import ProfilePlan, measure_ceilings, prepare_model, profile_points  # noqa: E402
+from phasewise.measure.calibrate import (  # noqa: E402
+    calibrated_model,
+    fit_calibration,
+    hardware_sheet_toml,
+    spec_from_document,
+    spec_to_document,
+)
 from phasewise.measure.micro import hardware_from_ceilings  # noqa: E402
-from phasewise.measure.calibrate import (calibrated_model, fit_calibration,  # noqa: E402
-                                         hardware_sheet_toml, spec_from_document,
-                                         spec_to_document)
 from phasewise.measure.profile import precision_for  # noqa: E402
 from phasewise.measure.types import Profile  # noqa: E402
 from phasewise.specs import ModelSpec  # noqa: E402

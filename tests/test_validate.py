@@ -17,12 +17,26 @@ from phasewise.report.validate_plot import source_colours
 from phasewise.specs.precision import number_format
 from phasewise.validate import scenario as scenario_module
 from phasewise.validate.measurements import load_bundled, load_measurements
-from phasewise.validate.score import score, score_rows
-from phasewise.validate.run import (dataset, fit, holdout, leave_one_source_out, match_source,
-                                    predict, sources)
-from phasewise.validate.scenario import (MappingError, engine_for, parallelism_for,
-                                         precision_for, resolve_device, resolve_model,
-                                         scenario_for)
+from phasewise.validate.run import (
+    dataset,
+    fit,
+    holdout,
+    leave_one_source_out,
+    match_source,
+    predict,
+    sources,
+)
+from phasewise.validate.scenario import (
+    MappingError,
+    engine_for,
+    parallelism_for,
+    precision_for,
+    resolve_device,
+    resolve_model,
+    scenario_for,
+)
+from phasewise.validate.score import score as score_by_source
+from phasewise.validate.score import score_rows
 
 HEADER = ("record_id,phase,source_name,hardware,num_accelerators,model,weight_dtype,"
           "software_stack,parallelism,batch_or_concurrency,input_len,output_len,kv_depth,"
@@ -180,7 +194,7 @@ def test_the_fit_prices_rows_exactly_as_estimates_do():
     data = dataset(load_bundled())
     chosen = data.scenarios[::7]
     result = fit(chosen)
-    for scenario, fitted_s in zip(chosen, result.predicted_s):
+    for scenario, fitted_s in zip(chosen, result.predicted_s, strict=True):
         assert predict(scenario, result.profile).predicted_s == pytest.approx(fitted_s, rel=1e-9)
 
 
@@ -324,7 +338,7 @@ def held_out():
 def test_the_documented_held_out_figures_are_what_validate_prints(held_out):
     """docs/validation.md holds `validate --leave-one-source-out --format md` as it prints
     it (the same scores and rendering), and the README its rows over every source."""
-    printed = rows_to_markdown(score_rows(score(held_out))).strip()
+    printed = rows_to_markdown(score_rows(score_by_source(held_out))).strip()
     assert _marked_table(VALIDATION_DOC, "validate:loso") == printed
     lines = printed.splitlines()
     summary = _marked_table(README, "validate:summary").splitlines()

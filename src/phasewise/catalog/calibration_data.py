@@ -10,10 +10,11 @@ arguments: a constant, not state a caller can change).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from phasewise.errors import InputError
 from phasewise.files import read_toml

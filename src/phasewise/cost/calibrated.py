@@ -43,17 +43,25 @@ estimates do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Union
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from phasewise.cost.base import StepTiming, Timing, link_for, math_format_for, sum_timings
-from phasewise.cost.calibration import (ConstantSource, Constants, Engine, Profile, Traits,
-                                        constant_sources, load_profile,
-                                        resolve_engine, traits_for)
+from phasewise.cost.calibration import (
+    Constants,
+    ConstantSource,
+    Engine,
+    Profile,
+    constant_sources,
+    load_profile,
+    resolve_engine,
+    traits_for,
+)
 from phasewise.ledger import Ledger, Op, Step
-from phasewise.lower import Kernel, lower, split_prefill
+from phasewise.lower import Kernel, Traits, lower, split_prefill
 from phasewise.specs import HardwareSpec
 
 KIND_GEMM, KIND_ATTENTION, KIND_ELEMENTWISE, KIND_COMMUNICATION = range(4)
@@ -62,7 +70,7 @@ _KINDS = {"gemm": KIND_GEMM, "attention": KIND_ATTENTION, "elementwise": KIND_EL
 # An intensity for a kernel that reads no weights: far above any ridge point.
 NO_WEIGHTS_INTENSITY = 1e30
 # One feature: a float for one kernel, a numpy column for the fit's thousands.
-Column = Union[float, np.ndarray]
+Column = float | np.ndarray
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,15 +11,25 @@ What an engine does that the ledger cannot see is not fitted: ``cost.engines`` r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from phasewise.catalog.calibration_data import parameters_document, read_profile_document
 from phasewise.errors import InputError, nearest_hint
-from phasewise.lower.engines import (GENERIC_ENGINE, Engine, Traits, architecture_of, backend_of,
-                                     configure, engine_names, engines, resolve_engine,
-                                     traits_for)
+from phasewise.lower.engines import (
+    GENERIC_ENGINE,
+    Engine,
+    Traits,
+    architecture_of,
+    backend_of,
+    configure,
+    engine_names,
+    engines,
+    resolve_engine,
+    traits_for,
+)
 from phasewise.specs import HardwareSpec
 
 __all__ = ["Constants", "Engine", "GENERIC_ENGINE", "ParameterDef", "Profile", "Traits",

@@ -6,8 +6,17 @@ the kernels and knows no engine by name.
 """
 
 from phasewise.lower import generic, llama_cpp, serving_engines  # noqa: F401 - registrations
-from phasewise.lower.engines import (GENERIC_ENGINE, Engine, Traits, backend_of, configure,
-                                     engine_names, engines, resolve_engine, traits_for)
+from phasewise.lower.engines import (
+                                     GENERIC_ENGINE,
+                                     Engine,
+                                     Traits,
+                                     backend_of,
+                                     configure,
+                                     engine_names,
+                                     engines,
+                                     resolve_engine,
+                                     traits_for,
+)
 from phasewise.lower.kernel import Kernel
 from phasewise.lower.registry import LOWERINGS, Target, lower, lowering, register_lowering
 from phasewise.lower.steps import split_prefill

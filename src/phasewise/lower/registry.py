@@ -7,8 +7,8 @@ has one for every kind; an engine registers only the kinds it runs otherwise
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from phasewise.ledger import Op
 from phasewise.lower.engines import GENERIC_ENGINE, Traits
