@@ -572,12 +572,12 @@ def test_llama_cpp_cuda_moe_prompts_compute_their_empty_tile_columns():
     experts = next(op for op in prompt.ops if op.name == "moe.experts")
     assert experts.expert_load == pytest.approx(512 * 8 / 128)
     cuda = traits_for(resolve_engine("llama.cpp"), rtx)
-    assert (cuda.moe_tile_tokens, cuda.moe_tile_above_tokens) == (128, 8)
+    assert (cuda.kernels.moe_tile_tokens, cuda.kernels.moe_tile_above_tokens) == (128, 8)
     assert op_features(experts, rtx, "fp16", cuda).flops == pytest.approx(4 * experts.flops,
                                                                         rel=1e-6)
     assert op_features(experts, rtx, "fp16").flops == experts.flops
     metal = traits_for(resolve_engine("llama.cpp"), load_hardware("m2-max"))
-    assert metal.moe_tile_tokens == 0
+    assert metal.kernels.moe_tile_tokens == 0
     step = build_ledger(model, Step.decode(1, 100), precision)
     one = next(op for op in step.ops if op.name == "moe.experts")
     assert op_features(one, rtx, "fp16", cuda).flops == one.flops
@@ -593,8 +593,8 @@ def test_llama_cpp_metal_multiplies_small_batches_in_whole_32_token_tiles():
     old = traits_for(configure(resolve_engine("llama.cpp"),
                                "llama.cpp llama-bench (master, 2023-10-07), Metal backend",
                                "metal"), m2)
-    assert (new.gemm_tile_tokens, new.gemm_tile_above_tokens) == (32, 8)
-    assert (old.gemm_tile_tokens, old.gemm_tile_above_tokens) == (32, 1)
+    assert (new.kernels.gemm_tile_tokens, new.kernels.gemm_tile_above_tokens) == (32, 8)
+    assert (old.kernels.gemm_tile_tokens, old.kernels.gemm_tile_above_tokens) == (32, 1)
     for tokens, old_factor, new_factor in ((4, 8.0, 1.0), (10, 3.2, 3.2), (512, 1.0, 1.0)):
         up = next(op for op in build_ledger(model, Step.prefill(tokens), precision).ops
                   if op.name == "mlp.up")
@@ -648,17 +648,17 @@ def test_llama_cpp_metal_reads_weights_again_for_later_tokens_of_small_batches()
                           (32, 1)):
         up = next(op for op in build_ledger(dense, Step.decode(batch, 512), precision).ops
                   if op.name == "mlp.up")
-        assert weight_passes(up, metal) == passes
+        assert weight_passes(up, metal.kernels) == passes
         assert op_features(up, m2, "fp16", metal).memory_bytes == pytest.approx(
             up.memory_bytes + (passes - 1) * up.weights)
-        assert weight_passes(up, cuda) == 1
-        assert weight_passes(up, old) == 1  # before PR #10491: 32-token tiles from 2 tokens
+        assert weight_passes(up, cuda.kernels) == 1
+        assert weight_passes(up, old.kernels) == 1  # before PR #10491: 32-token tiles from 2 tokens
     moe = load_model("qwen3-30b-a3b")
     for batch, passes in ((1, 1.0), (16, 128 / 82.42), (32, 1.0)):
         experts = next(op for op in build_ledger(moe, Step.decode(batch, 512), precision).ops
                        if op.name == "moe.experts")
-        assert weight_passes(experts, metal) == pytest.approx(passes, rel=1e-3)
-        assert weight_passes(experts, cuda) == 1.0
+        assert weight_passes(experts, metal.kernels) == pytest.approx(passes, rel=1e-3)
+        assert weight_passes(experts, cuda.kernels) == 1.0
 
 
 def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
@@ -672,7 +672,7 @@ def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
     term."""
     a100 = load_hardware("a100-80gb-sxm")
     llama = Calibrated.for_device(a100, engine="llama.cpp").traits
-    assert llama.matvec_max_tokens == 8
+    assert llama.kernels.matvec_max_tokens == 8
     precision = Precision("Q4_K_M", "fp16", "fp16")
     model = load_model("llama-3-8b")
     c = Constants(**ROUND)
@@ -723,8 +723,8 @@ def test_cuda_and_hip_matrix_vector_kernels_run_at_the_integer_rate():
             assert f.matvec == 1.0
             assert priced_parts(f, c).compute_s == pytest.approx(flops * ops / expected,
                                                                  rel=1e-9), (name, weights)
-    # the generic engine's kernels are not llama.cpp's: no integer rate
-    assert traits_for(resolve_engine("generic"), load_hardware("rtx-3090")).matvec_alu_rate == 1.0
+    # the generic engine's kernels are not llama.cpp's: no dispatch of its own
+    assert traits_for(resolve_engine("generic"), load_hardware("rtx-3090")).kernels is None
 
 
 def test_the_matrix_vector_count_is_fitted_per_compute_backend():
@@ -806,7 +806,7 @@ def test_metal_small_batches_share_a_pass_s_unpacking_among_its_tokens():
     the tokens (nothing to unpack)."""
     m2 = load_hardware("m2-max")
     metal = traits_for(resolve_engine("llama.cpp"), m2)
-    assert metal.matvec_unpack_share == 0.75
+    assert metal.kernels.matvec_unpack_share == 0.75
     c = Constants(**ROUND)
     dense = load_model("qwen2.5-7b")
     for tokens, ops in ((1, 4.0), (4, 1.75), (8, 1.75)):

@@ -122,3 +122,15 @@ def test_detail_shows_the_padded_expert_tiles_the_cost_model_prices():
     assert all(r.unit == "vector" for r in decode)
     assert estimate("llama-3-8b", "h100-sxm", cost="sol", detail=True).kernels is None
     assert math.isfinite(est.ttft_s)
+
+
+def test_kernel_dispatch_keys_belong_to_the_engine_whose_lowering_reads_them():
+    """matvec_max_tokens is llama.cpp's (its lowering registers it); on vLLM's table it
+    means nothing, so engines.toml may not set it there."""
+    from phasewise.errors import InputError
+    from phasewise.lower.engines import _engine
+
+    assert _engine("llama.cpp", {"matvec_max_tokens": 8}).traits == (("matvec_max_tokens", 8),)
+    with pytest.raises(InputError, match="unknown trait 'matvec_max_tokens'"):
+        _engine("vllm", {"matvec_max_tokens": 8})
+    assert _engine("vllm", {"allreduce_rounds": 3}).traits == (("allreduce_rounds", 3),)

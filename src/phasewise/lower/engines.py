@@ -12,6 +12,7 @@ speeds are (``calibration``), and every variant of an engine shares them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any
@@ -24,12 +25,9 @@ from phasewise.specs import HardwareSpec
 GENERIC_ENGINE = "generic"
 VARIANT_SEPARATOR = "+"
 
-# Traits a table in engines.toml may set.
-ENGINE_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "dequant_buffer_above_tokens",
-                 "attention_score_bytes", "allreduce_rounds", "moe_tile_tokens",
-                 "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens",
-                 "matvec_tokens_per_pass", "moe_matvec_below_tokens", "matvec_max_tokens",
-                 "mxfp4_fp4_mma", "matvec_unpack_share", "matvec_integer")
+# Traits any engine's table in engines.toml may set; an engine's lowering module registers
+# the kernel-dispatch keys of its own (``register_dispatch``).
+COMMON_TRAITS = ("prefill_ubatch_tokens", "fp16_accumulate", "allreduce_rounds")
 BACKENDS = ("cuda", "hip", "metal", "cpu", "other")
 # The compute backend by GPU vendor, as llama.cpp builds it: ggml-cuda on NVIDIA GPUs, the
 # same code built with HIP on AMD GPUs (GGML_USE_HIPBLAS), ggml-metal on Apple GPUs, the
@@ -58,60 +56,33 @@ class Traits:
     ``prefill_ubatch_tokens``: a longer prompt runs as consecutive micro-batches (0: whole).
     ``gemm_peak_factor``: 16-bit GEMMs run at this multiple of the sheet's fp16 peak (the
     engine accumulates in fp16 on a device whose fp16-accumulate rate is higher).
-    ``dequant_buffer_above_tokens``: GEMMs over this many tokens first dequantize
-    block-quantized weights into a 16-bit buffer, then multiply it (0: never; the GEMM
-    dequantizes as it reads).
-    ``attention_score_bytes``: bytes per attention score moved through memory by an
-    unfused attention (scores written, soft-maxed, read back); 0 for fused attention.
     ``allreduce_rounds``: latency-bound rounds of the engine's own tensor-parallel
     all-reduce, whatever the device count (0: the ledger's, NCCL's tree).
-    ``moe_tile_tokens``: routed-expert GEMMs of more than ``moe_tile_above_tokens`` tokens
-    run each expert's tokens in column tiles whose width the engine picks against all the
-    tokens of the forward pass, at most this many: a tile's empty columns are computed
-    too (0: tiles fit each expert's tokens).
-    ``gemm_tile_tokens``: dense GEMMs of more than ``gemm_tile_above_tokens`` tokens run
-    a matrix-matrix kernel that computes whole tiles of this many tokens (0: the tile
-    fits the tokens, as vendor BLAS and tuned kernels choose it).
-    ``matvec_tokens_per_pass``: dense GEMMs of m tokens, m at most the table's length (and
-    not over a tile threshold), run a kernel that streams the weights once for every
-    ``matvec_tokens_per_pass[m - 1]`` tokens: ⌈m / that⌉ passes over the weights (a
-    matrix-vector kernel, or a GEMM in narrow token tiles; empty: one pass, whatever m).
-    ``moe_matvec_below_tokens``: routed-expert GEMMs of a forward pass with fewer tokens
-    than this run one matrix-vector product per routed (token, expert) pair, each reading
-    its expert's weights: an expert routed x tokens is read x times (0: once).
-    ``matvec_max_tokens``: GEMMs of at most this many tokens per call (routed experts: a
-    forward pass of at most this many tokens, or fewer than ``moe_matvec_below_tokens``)
-    run matrix-vector kernels on the device's vector ALUs, not its matrix units: they
-    dequantize and multiply-add each weight for each token (0: every GEMM runs as a GEMM).
-    ``mxfp4_fp4_mma``: GEMMs of MXFP4-block weights (``Op.block_format``) that run as GEMMs
-    multiply them on the device's block-scaled FP4 matrix units instead of its int8 ones:
-    the quantized GEMM at the device's fp4 / int8 tensor rate times its usual rate (the
-    engine has the kernel and the device the instructions: ``HardwareSpec.fp4_block_mma``).
-    ``matvec_unpack_share``: the share of a matrix-vector kernel's ALU work on a quantized
-    weight that unpacks it, done once per pass and shared by the pass's tokens (0: all of
-    it is repeated for each token).
-    ``matvec_alu_rate``: the rate of the engine's matrix-vector kernels' ALU work over the
-    device's fp32 vector figure: the device's integer share
-    (``HardwareSpec.integer_vector_share``) where the kernels unpack and multiply in 32-bit integer
-    instructions (engines.toml ``matvec_integer``), 1 where they multiply in float.
+    ``kernels``: the engine's kernel dispatch on this device, as its lowering module reads
+    it from engines.toml (``register_dispatch``; None where it registers none).
     """
 
     prefill_ubatch_tokens: int = 0
     gemm_peak_factor: float = 1.0
-    dequant_buffer_above_tokens: int = 0
-    attention_score_bytes: float = 0.0
     allreduce_rounds: int = 0
-    moe_tile_tokens: int = 0
-    moe_tile_above_tokens: int = 0
-    gemm_tile_tokens: int = 0
-    gemm_tile_above_tokens: int = 0
-    matvec_tokens_per_pass: tuple[int, ...] = ()
-    moe_matvec_below_tokens: int = 0
-    matvec_max_tokens: int = 0
-    mxfp4_fp4_mma: bool = False
-    matvec_unpack_share: float = 0.0
-    matvec_alu_rate: float = 1.0
     engine: str = GENERIC_ENGINE  # the engine whose lowering (``lower/``) reads these traits
+    kernels: Any = None
+
+
+# How an engine's lowering reads its kernel-dispatch traits: the keys it owns in
+# engines.toml, and a function of the resolved values and the device.
+DispatchReader = Callable[[dict[str, Any], HardwareSpec], Any]
+DISPATCH: dict[str, tuple[tuple[str, ...], DispatchReader]] = {}
+
+
+def register_dispatch(engine: str, keys: tuple[str, ...], reader: DispatchReader) -> None:
+    """Declare the engines.toml keys ``engine``'s lowering reads, and how it reads them."""
+    DISPATCH[engine] = (keys, reader)
+
+
+def trait_keys(engine: str) -> tuple[str, ...]:
+    """The traits an engine's tables may set: the common ones and its lowering's own."""
+    return COMMON_TRAITS + DISPATCH.get(engine, ((), None))[0]
 
 
 Pairs = tuple[tuple[str, Any], ...]
@@ -200,8 +171,9 @@ def _engine(name: str, table: dict[str, Any]) -> Engine:
                          f"{', '.join(unknown)}; use {', '.join(BACKENDS)}.")
     variants = tuple(_variant(name, v, t) for v, t in table.get("variant", {}).items())
     return Engine(name, str(table.get("display_name", name)), tuple(table.get("aliases", ())),
-                  str(table.get("source", "")), _trait_pairs(name, table),
-                  tuple((b, _trait_pairs(f"{name}.backend.{b}", t)) for b, t in backends.items()),
+                  str(table.get("source", "")), _trait_pairs(name, name, table),
+                  tuple((b, _trait_pairs(name, f"{name}.backend.{b}", t))
+                        for b, t in backends.items()),
                   variants)
 
 
@@ -211,20 +183,20 @@ def _variant(engine: str, name: str, table: dict[str, Any]) -> Variant:
         raise InputError(f"{ENGINES_PATH}: [{engine}.variant.{name}] backend '{backend}' is "
                          f"not one of {', '.join(BACKENDS)}.")
     before = table.get("before_date")
-    return Variant(name, _trait_pairs(f"{engine}.variant.{name}", table), backend,
+    return Variant(name, _trait_pairs(engine, f"{engine}.variant.{name}", table), backend,
                    tuple(table.get("when", ())),
                    date.fromisoformat(str(before)) if before else None,
                    int(table.get("before_build", 0)), str(table.get("source", "")))
 
 
-def _trait_pairs(where: str, table: dict[str, Any]) -> Pairs:
-    pairs = []
+def _trait_pairs(engine: str, where: str, table: dict[str, Any]) -> Pairs:
+    known, pairs = trait_keys(engine), []
     for key, value in table.items():
-        if key in ENGINE_TRAITS:
+        if key in known:
             pairs.append((key, tuple(value) if isinstance(value, list) else value))
         elif key not in _META and not key.endswith("_source"):
             raise InputError(f"{ENGINES_PATH}: [{where}] has unknown trait '{key}'; known: "
-                             f"{', '.join(ENGINE_TRAITS)}.")
+                             f"{', '.join(known)}.")
     return tuple(pairs)
 
 
@@ -319,22 +291,11 @@ def architecture_of(hardware: HardwareSpec) -> str:
 def traits_for(engine: Engine, hardware: HardwareSpec) -> Traits:
     """The engine's documented behaviour on ``hardware``'s backend."""
     values = engine.trait_values(backend_of(hardware))
+    reader = DISPATCH.get(engine.fitted_name, ((), None))[1]
     return Traits(
-        engine=engine.fitted_name,
         prefill_ubatch_tokens=int(values.get("prefill_ubatch_tokens", 0)),
         gemm_peak_factor=fp16_accumulate_speedup(hardware) if values.get("fp16_accumulate")
         else 1.0,
-        dequant_buffer_above_tokens=int(values.get("dequant_buffer_above_tokens", 0)),
-        attention_score_bytes=float(values.get("attention_score_bytes", 0.0)),
         allreduce_rounds=int(values.get("allreduce_rounds", 0)),
-        moe_tile_tokens=int(values.get("moe_tile_tokens", 0)),
-        moe_tile_above_tokens=int(values.get("moe_tile_above_tokens", 0)),
-        gemm_tile_tokens=int(values.get("gemm_tile_tokens", 0)),
-        gemm_tile_above_tokens=int(values.get("gemm_tile_above_tokens", 0)),
-        matvec_tokens_per_pass=tuple(int(t) for t in values.get("matvec_tokens_per_pass", ())),
-        moe_matvec_below_tokens=int(values.get("moe_matvec_below_tokens", 0)),
-        matvec_max_tokens=int(values.get("matvec_max_tokens", 0)),
-        mxfp4_fp4_mma=bool(values.get("mxfp4_fp4_mma")) and hardware.fp4_block_mma,
-        matvec_unpack_share=float(values.get("matvec_unpack_share", 0.0)),
-        matvec_alu_rate=hardware.integer_vector_share if values.get("matvec_integer")
-        else 1.0)
+        engine=engine.fitted_name,
+        kernels=reader(values, hardware) if reader else None)

@@ -27,14 +27,16 @@ the pass and masking the causal rest.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 from phasewise.ledger import Op
-from phasewise.lower.engines import Traits
+from phasewise.lower.engines import Traits, register_dispatch
 from phasewise.lower.generic import dequantized, weight_elements
 from phasewise.lower.kernel import Kernel
 from phasewise.lower.registry import Target, register_lowering
+from phasewise.specs import HardwareSpec
 
 ENGINE = "llama.cpp"
 # Bytes per weight of the 16-bit buffer a dequantize-then-multiply GEMM converts into.
@@ -45,16 +47,96 @@ ATTENTION_FLOPS_PER_SCORE_DIM = 4.0
 TILE_STEP, WIDE_TILE_FROM, WIDE_TILE_STEP = 8, 48, 16
 
 
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """llama.cpp's kernel choices on one device, from its engines.toml tables (per backend
+    and variant; each key's ``*_source`` there cites the ggml code).
+
+    ``dequant_buffer_above_tokens``: GEMMs over this many tokens first dequantize
+    block-quantized weights into a 16-bit buffer, then multiply it (0: never).
+    ``attention_score_bytes``: bytes per attention score an unfused attention moves
+    through memory (scores written, soft-maxed, read back); 0 for fused attention.
+    ``moe_tile_tokens``: routed-expert GEMMs of more than ``moe_tile_above_tokens`` tokens
+    run each expert's tokens in column tiles whose width MMQ picks against all the pass's
+    tokens, at most this many; empty columns are computed too (0: tiles fit the tokens).
+    ``gemm_tile_tokens``: dense GEMMs of more than ``gemm_tile_above_tokens`` tokens compute
+    whole tiles of this many tokens (0: the tile fits the tokens).
+    ``matvec_tokens_per_pass``: dense GEMMs of m tokens, m at most the table's length (and
+    not over a tile threshold), stream the weights once for every
+    ``matvec_tokens_per_pass[m - 1]`` tokens (empty: one pass, whatever m).
+    ``moe_matvec_below_tokens``: routed-expert GEMMs of a pass of fewer tokens run one
+    matrix-vector product per routed (token, expert) pair (0: never).
+    ``matvec_max_tokens``: GEMMs of at most this many tokens per call (routed experts: a
+    pass of at most this many, or fewer than ``moe_matvec_below_tokens``) run
+    matrix-vector kernels on the vector ALUs (0: none).
+    ``mxfp4_fp4_mma``: GEMMs of MXFP4-block weights not run as matrix-vector kernels
+    multiply on the device's block-scaled FP4 matrix units (the engine has the kernel and
+    the device, ``HardwareSpec.fp4_block_mma``, the instructions).
+    ``matvec_unpack_share``: the share of a matrix-vector kernel's ALU work on a quantized
+    weight that unpacks it, done once per pass and shared by the pass's tokens.
+    ``matvec_alu_rate``: the matrix-vector kernels' ALU rate over the device's fp32 vector
+    figure: its integer share (``HardwareSpec.integer_vector_share``) where the kernels
+    unpack and multiply in 32-bit integers (engines.toml ``matvec_integer``), else 1.
+    """
+
+    dequant_buffer_above_tokens: int = 0
+    attention_score_bytes: float = 0.0
+    moe_tile_tokens: int = 0
+    moe_tile_above_tokens: int = 0
+    gemm_tile_tokens: int = 0
+    gemm_tile_above_tokens: int = 0
+    matvec_tokens_per_pass: tuple[int, ...] = ()
+    moe_matvec_below_tokens: int = 0
+    matvec_max_tokens: int = 0
+    mxfp4_fp4_mma: bool = False
+    matvec_unpack_share: float = 0.0
+    matvec_alu_rate: float = 1.0
+
+
+# The engines.toml keys the llama.cpp lowering reads (matvec_integer sets matvec_alu_rate).
+DISPATCH_KEYS = ("dequant_buffer_above_tokens", "attention_score_bytes", "moe_tile_tokens",
+                 "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens",
+                 "matvec_tokens_per_pass", "moe_matvec_below_tokens", "matvec_max_tokens",
+                 "mxfp4_fp4_mma", "matvec_unpack_share", "matvec_integer")
+
+
+def read_dispatch(values: dict[str, Any], hardware: HardwareSpec) -> Dispatch:
+    """The dispatch the resolved engines.toml values give on ``hardware``."""
+    return Dispatch(
+        dequant_buffer_above_tokens=int(values.get("dequant_buffer_above_tokens", 0)),
+        attention_score_bytes=float(values.get("attention_score_bytes", 0.0)),
+        moe_tile_tokens=int(values.get("moe_tile_tokens", 0)),
+        moe_tile_above_tokens=int(values.get("moe_tile_above_tokens", 0)),
+        gemm_tile_tokens=int(values.get("gemm_tile_tokens", 0)),
+        gemm_tile_above_tokens=int(values.get("gemm_tile_above_tokens", 0)),
+        matvec_tokens_per_pass=tuple(int(t) for t in values.get("matvec_tokens_per_pass", ())),
+        moe_matvec_below_tokens=int(values.get("moe_matvec_below_tokens", 0)),
+        matvec_max_tokens=int(values.get("matvec_max_tokens", 0)),
+        mxfp4_fp4_mma=bool(values.get("mxfp4_fp4_mma")) and hardware.fp4_block_mma,
+        matvec_unpack_share=float(values.get("matvec_unpack_share", 0.0)),
+        matvec_alu_rate=hardware.integer_vector_share if values.get("matvec_integer")
+        else 1.0)
+
+
+register_dispatch(ENGINE, DISPATCH_KEYS, read_dispatch)
+
+
+def dispatch_of(traits: Traits) -> Dispatch:
+    """The llama.cpp dispatch the traits carry (none set: every rule off)."""
+    return traits.kernels if isinstance(traits.kernels, Dispatch) else Dispatch()
+
+
 @register_lowering(ENGINE, "gemm")
 def lower_gemm(op: Op, target: Target) -> Kernel:
     """A GEMM as llama.cpp dispatches it (the module docstring lists the rules)."""
-    t, hardware = target.traits, target.hardware
+    t, hardware = dispatch_of(target.traits), target.hardware
     kernel = Kernel.of(op, dequantized=dequantized(op, target.math_format))
     vector_rate = t.matvec_alu_rate if kernel.dequantized else 1.0
     kernel = _dequant_buffer(kernel, t)
     kernel = _tiles(kernel, t)
     kernel = _weight_passes(kernel, t)
-    peak_factor, rules = _fp16_accumulate(t, target.math_format), list(kernel.rules)
+    peak_factor = _fp16_accumulate(target.traits, target.math_format)
+    rules = list(kernel.rules)
     matvec = is_matvec(op, t)
     if matvec:  # on the vector ALUs, whatever rate the matrix units would reach
         rules.append("matvec_max_tokens")
@@ -76,9 +158,9 @@ def lower_gemm(op: Op, target: Target) -> Kernel:
 @register_lowering(ENGINE, "attention")
 def lower_attention(op: Op, target: Target) -> Kernel:
     """Attention fused (``-fa 1``) or as matmuls with the scores in memory."""
-    t = target.traits
+    t = dispatch_of(target.traits)
     kernel = Kernel.of(op)
-    peak_factor = _fp16_accumulate(t, target.math_format)
+    peak_factor = _fp16_accumulate(target.traits, target.math_format)
     rules = ("fp16_accumulate",) if peak_factor != 1.0 else ()
     if t.attention_score_bytes <= 0:
         return replace(kernel, peak_factor=peak_factor, rules=rules)
@@ -98,7 +180,7 @@ def _fp16_accumulate(t: Traits, math_format: str) -> float:
     return t.gemm_peak_factor if math_format == "fp16" else 1.0
 
 
-def _dequant_buffer(kernel: Kernel, t: Traits) -> Kernel:
+def _dequant_buffer(kernel: Kernel, t: Dispatch) -> Kernel:
     """Over the threshold, a conversion kernel, then a 16-bit GEMM on the converted copy."""
     op = kernel.op
     if not (kernel.dequantized and 0 < t.dequant_buffer_above_tokens < op.m):
@@ -110,7 +192,7 @@ def _dequant_buffer(kernel: Kernel, t: Traits) -> Kernel:
                    rules=kernel.rules + ("dequant_buffer_above_tokens",))
 
 
-def _tiles(kernel: Kernel, t: Traits) -> Kernel:
+def _tiles(kernel: Kernel, t: Dispatch) -> Kernel:
     """Routed experts in MMQ's column tiles; dense GEMMs in whole token tiles."""
     op = kernel.op
     if t.moe_tile_tokens and op.expert_load and op.tokens > t.moe_tile_above_tokens:
@@ -124,7 +206,7 @@ def _tiles(kernel: Kernel, t: Traits) -> Kernel:
     return kernel
 
 
-def _weight_passes(kernel: Kernel, t: Traits) -> Kernel:
+def _weight_passes(kernel: Kernel, t: Dispatch) -> Kernel:
     passes = weight_passes(kernel.op, t)
     if passes <= 1:
         return kernel
@@ -135,16 +217,16 @@ def _weight_passes(kernel: Kernel, t: Traits) -> Kernel:
                    rules=kernel.rules + (rule,))
 
 
-def fp4_block_gemm(op: Op, traits: Traits) -> bool:
+def fp4_block_gemm(op: Op, traits: Dispatch) -> bool:
     """A GEMM of MXFP4-block weights the engine multiplies on the device's block-scaled
-    FP4 matrix units (``Traits.mxfp4_fp4_mma``): not one it runs as matrix-vector kernels."""
+    FP4 matrix units (``Dispatch.mxfp4_fp4_mma``): not one it runs as matrix-vector kernels."""
     return (traits.mxfp4_fp4_mma and op.kind == "gemm" and op.block_format == "MXFP4"
             and not is_matvec(op, traits))
 
 
-def is_matvec(op: Op, traits: Traits) -> bool:
+def is_matvec(op: Op, traits: Dispatch) -> bool:
     """A GEMM the engine runs as matrix-vector kernels on the vector ALUs: at most
-    ``Traits.matvec_max_tokens`` tokens per call (routed experts: a forward pass of at
+    ``Dispatch.matvec_max_tokens`` tokens per call (routed experts: a forward pass of at
     most that many tokens, or of fewer than ``moe_matvec_below_tokens``)."""
     most = traits.matvec_max_tokens
     if op.kind != "gemm" or not most or not op.weights:
@@ -155,10 +237,10 @@ def is_matvec(op: Op, traits: Traits) -> bool:
     return op.m <= most
 
 
-def weight_passes(op: Op, traits: Traits) -> float:
+def weight_passes(op: Op, traits: Dispatch) -> float:
     """How many times a GEMM's kernel reads its weights from memory: once, unless the
     engine runs it as matrix-vector products that stream them again for later tokens
-    (``Traits.matvec_tokens_per_pass`` for dense GEMMs of few tokens, ``Traits.
+    (``Dispatch.matvec_tokens_per_pass`` for dense GEMMs of few tokens, ``Dispatch.
     moe_matvec_below_tokens`` for routed experts: then each expert is read once per token
     routed to it, ``op.m`` times on average)."""
     if op.kind != "gemm" or not op.weights or op.m <= 0:
