@@ -2,12 +2,17 @@
 
 A GEMM whose weights are stored in fewer bytes per element than its math format (int4,
 the GGUF block formats, int8 weight-only) dequantizes them as it reads them; that is a fact
-of the weights, not of an engine, so it is marked here for every engine.
+of the weights, not of an engine, so it is marked here for every engine. An engine that
+accumulates 16-bit matmuls in fp16 (``fp16_accumulate`` in engines.toml) runs its GEMMs and
+attention matmuls at the device's fp16-accumulate rate, whichever engine it is.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from phasewise.ledger import Op
+from phasewise.lower.engines import Traits
 from phasewise.lower.kernel import Kernel
 from phasewise.lower.registry import GENERIC, Target, register_lowering
 
@@ -33,13 +38,30 @@ def dequantized(op: Op, math_format: str) -> bool:
     return bytes_per_weight < DEQUANT_MARGIN * MATH_FORMAT_BYTES.get(math_format, 2.0)
 
 
+def fp16_accumulate(traits: Traits, math_format: str) -> float:
+    """The matmul rate over the sheet's fp16 peak of an engine that accumulates 16-bit
+    matmuls in fp16 (``Traits.gemm_peak_factor``; 1 in any other format)."""
+    return traits.gemm_peak_factor if math_format == "fp16" else 1.0
+
+
 @register_lowering(GENERIC, "gemm")
 def lower_gemm(op: Op, target: Target) -> Kernel:
-    return Kernel.of(op, dequantized=dequantized(op, target.math_format))
+    return _accumulating(Kernel.of(op, dequantized=dequantized(op, target.math_format)), target)
 
 
 @register_lowering(GENERIC, "attention")
+def lower_attention(op: Op, target: Target) -> Kernel:
+    return _accumulating(Kernel.of(op), target)
+
+
 @register_lowering(GENERIC, "elementwise")
 @register_lowering(GENERIC, "communication")
 def lower_as_counted(op: Op, target: Target) -> Kernel:
     return Kernel.of(op)
+
+
+def _accumulating(kernel: Kernel, target: Target) -> Kernel:
+    factor = fp16_accumulate(target.traits, target.math_format)
+    if factor == 1.0:
+        return kernel
+    return replace(kernel, peak_factor=factor, rules=kernel.rules + ("fp16_accumulate",))

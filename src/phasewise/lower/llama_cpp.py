@@ -33,7 +33,7 @@ from typing import Any
 
 from phasewise.ledger import Op
 from phasewise.lower.engines import Traits, register_dispatch
-from phasewise.lower.generic import dequantized, weight_elements
+from phasewise.lower.generic import dequantized, fp16_accumulate, weight_elements
 from phasewise.lower.kernel import Kernel
 from phasewise.lower.registry import Target, register_lowering
 from phasewise.specs import HardwareSpec
@@ -135,7 +135,7 @@ def lower_gemm(op: Op, target: Target) -> Kernel:
     kernel = _dequant_buffer(kernel, t)
     kernel = _tiles(kernel, t)
     kernel = _weight_passes(kernel, t)
-    peak_factor = _fp16_accumulate(target.traits, target.math_format)
+    peak_factor = fp16_accumulate(target.traits, target.math_format)
     rules = list(kernel.rules)
     matvec = is_matvec(op, t)
     if matvec:  # on the vector ALUs, whatever rate the matrix units would reach
@@ -160,7 +160,7 @@ def lower_attention(op: Op, target: Target) -> Kernel:
     """Attention fused (``-fa 1``) or as matmuls with the scores in memory."""
     t = dispatch_of(target.traits)
     kernel = Kernel.of(op)
-    peak_factor = _fp16_accumulate(target.traits, target.math_format)
+    peak_factor = fp16_accumulate(target.traits, target.math_format)
     rules = ("fp16_accumulate",) if peak_factor != 1.0 else ()
     if t.attention_score_bytes <= 0:
         return replace(kernel, peak_factor=peak_factor, rules=rules)
@@ -174,10 +174,6 @@ def lower_attention(op: Op, target: Target) -> Kernel:
         extra = t.attention_score_bytes * scores
     return replace(kernel, unit="attention-unfused", flops=flops, extra_bytes=extra,
                    peak_factor=peak_factor, rules=rules + ("attention_score_bytes",))
-
-
-def _fp16_accumulate(t: Traits, math_format: str) -> float:
-    return t.gemm_peak_factor if math_format == "fp16" else 1.0
 
 
 def _dequant_buffer(kernel: Kernel, t: Dispatch) -> Kernel:
