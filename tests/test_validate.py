@@ -283,6 +283,7 @@ def test_a_file_without_the_needed_columns_is_one_line_and_exit_2(tmp_path):
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.slow  # a fit to every row but one source's
 def test_holding_out_a_source_fits_without_any_of_its_rows():
     data = dataset(load_bundled())
     known = sources(data.scenarios)
