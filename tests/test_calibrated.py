@@ -847,3 +847,17 @@ def test_matrix_vector_token_limits_follow_the_backend_and_the_expert_path():
                        if op.name == "moe.experts")
         assert op_features(experts, m2, "fp16", metal).matvec == on_metal
         assert op_features(experts, rtx, "fp16", cuda).matvec == on_cuda
+
+
+def test_every_geforce_sheet_states_its_fp16_accumulate_rate():
+    """GeForce tensor cores run FP16 with FP32 accumulation at half their FP16-accumulate
+    rate (GA102 whitepaper: RTX 3090 71 and 142 dense TFLOPS; Ada whitepaper: RTX 4090
+    165.2 and 330.3), and the sheets give the FP32-accumulate figure: a GeForce sheet
+    without [architecture] fp16_accumulate_speedup = 2 would price llama.cpp's fp16
+    GEMMs at half their rate."""
+    for name in hardware_names():
+        device = load_hardware(name)
+        if device.vendor == "NVIDIA" and device.device_class == "consumer_gpu":
+            assert device.fp16_accumulate_speedup == 2.0, name
+        elif device.vendor != "NVIDIA":
+            assert device.fp16_accumulate_speedup == 1.0, name
