@@ -8,12 +8,20 @@ import pytest
 
 from phasewise import estimate
 from phasewise.catalog import hardware_names, load_hardware, load_model
-from phasewise.cost.calibrated import (Calibrated, op_features, priced_parts, split_prefill)
-from phasewise.cost.calibration import (Constants, Profile, configure, constants_for,
-                                        level_keys, load_profile, parameter_defs,
-                                        profile_from_document, profile_to_toml, resolve_engine,
-                                        traits_for)
-from phasewise.cost.engines import DEVICES_PATH
+from phasewise.cost.calibrated import Calibrated, op_features, priced_parts, split_prefill
+from phasewise.cost.calibration import (
+    Constants,
+    Profile,
+    configure,
+    constants_for,
+    level_keys,
+    load_profile,
+    parameter_defs,
+    profile_from_document,
+    profile_to_toml,
+    resolve_engine,
+    traits_for,
+)
 from phasewise.cost.fit import Observation, _Problem, fit_profile
 from phasewise.cost.registry import cost_model_for
 from phasewise.errors import InputError
@@ -185,7 +193,7 @@ def test_mxfp4_experts_run_on_blackwell_fp4_tensor_cores_in_builds_after_pr_1790
 
     assert factor("dgx-spark", new, experts) == pytest.approx(500.0 / 250.0)
     assert factor("dgx-spark", old, experts) == 1.0
-    # a GeForce RTX 5090 also accumulates fp16 at twice its sheet's rate (devices.toml)
+    # a GeForce RTX 5090 also accumulates fp16 at twice its sheet's rate ([architecture])
     assert factor("rtx-5090", new, experts) == pytest.approx(2.0 * 1676.0 / 838.0)
     assert factor("rtx-4090", new, experts) == factor("rtx-4090", old, experts) == 2.0
     assert factor("b200", new, experts) == 1.0  # sm_100: llama.cpp builds no FP4 path for it
@@ -265,7 +273,7 @@ def test_llama_cpp_prefill_costs_the_sum_of_its_micro_batches():
     assert cost.traits.prefill_ubatch_tokens == 512
     est = estimate(model, rtx, Workload(2048, 1, 1), precision, cost=cost)
     chunks = [build_ledger(model, s, precision) for s in split_prefill(Step.prefill(2048), 512)]
-    assert est.ttft_s == pytest.approx(sum(cost.step_time(l, rtx).total.time_s for l in chunks))
+    assert est.ttft_s == pytest.approx(sum(cost.step_time(c, rtx).total.time_s for c in chunks))
 
 
 def test_engines_resolve_by_alias_and_unknown_ones_list_the_known():
@@ -541,7 +549,7 @@ def test_decode_attention_streams_the_kv_cache_at_its_own_share_of_the_bandwidth
 def test_llama_cpp_picks_its_moe_tile_against_the_whole_micro_batch():
     """mul_mat_q_case: widths 8..128 (steps of 16 from 48), the first with the fewest
     tiles for all the pass's tokens."""
-    from phasewise.cost.calibrated import moe_tile_padding, moe_tile_width
+    from phasewise.lower.llama_cpp import moe_tile_padding, moe_tile_width
 
     assert [moe_tile_width(t, 128) for t in (8, 16, 32, 50, 128, 200, 512)] == \
         [8, 16, 32, 64, 128, 112, 128]
@@ -564,12 +572,12 @@ def test_llama_cpp_cuda_moe_prompts_compute_their_empty_tile_columns():
     experts = next(op for op in prompt.ops if op.name == "moe.experts")
     assert experts.expert_load == pytest.approx(512 * 8 / 128)
     cuda = traits_for(resolve_engine("llama.cpp"), rtx)
-    assert (cuda.moe_tile_tokens, cuda.moe_tile_above_tokens) == (128, 8)
+    assert (cuda.kernels.moe_tile_tokens, cuda.kernels.moe_tile_above_tokens) == (128, 8)
     assert op_features(experts, rtx, "fp16", cuda).flops == pytest.approx(4 * experts.flops,
                                                                         rel=1e-6)
     assert op_features(experts, rtx, "fp16").flops == experts.flops
     metal = traits_for(resolve_engine("llama.cpp"), load_hardware("m2-max"))
-    assert metal.moe_tile_tokens == 0
+    assert metal.kernels.moe_tile_tokens == 0
     step = build_ledger(model, Step.decode(1, 100), precision)
     one = next(op for op in step.ops if op.name == "moe.experts")
     assert op_features(one, rtx, "fp16", cuda).flops == one.flops
@@ -585,8 +593,8 @@ def test_llama_cpp_metal_multiplies_small_batches_in_whole_32_token_tiles():
     old = traits_for(configure(resolve_engine("llama.cpp"),
                                "llama.cpp llama-bench (master, 2023-10-07), Metal backend",
                                "metal"), m2)
-    assert (new.gemm_tile_tokens, new.gemm_tile_above_tokens) == (32, 8)
-    assert (old.gemm_tile_tokens, old.gemm_tile_above_tokens) == (32, 1)
+    assert (new.kernels.gemm_tile_tokens, new.kernels.gemm_tile_above_tokens) == (32, 8)
+    assert (old.kernels.gemm_tile_tokens, old.kernels.gemm_tile_above_tokens) == (32, 1)
     for tokens, old_factor, new_factor in ((4, 8.0, 1.0), (10, 3.2, 3.2), (512, 1.0, 1.0)):
         up = next(op for op in build_ledger(model, Step.prefill(tokens), precision).ops
                   if op.name == "mlp.up")
@@ -603,7 +611,7 @@ def test_routed_experts_in_a_block_format_pay_the_dequant_factors_like_dense_gem
     """A MoE GEMM's weight bytes cover every expert it touches: its bytes per weight are
     its weight bytes over FLOPs ÷ 2m, not over one expert's n × k. Q4_K_M takes 4.89 bits a
     weight (4.58 GiB for Llama 3 8B's 8.03 B weights, as llama-bench prints the file)."""
-    from phasewise.cost.calibrated import weight_elements
+    from phasewise.lower.generic import weight_elements
 
     model = load_model("qwen3-30b-a3b")
     rtx = load_hardware("rtx-4090")
@@ -625,7 +633,7 @@ def test_llama_cpp_metal_reads_weights_again_for_later_tokens_of_small_batches()
     routed expert once per token sent to it: 16 tokens of Qwen3-30B-A3B (128 experts, top
     8) touch 128·(1 − (120/128)^16) = 82.42 experts with 128 (token, expert) pairs, so the
     expert weights are read 128 / 82.42 = 1.553 times on average."""
-    from phasewise.cost.calibrated import weight_passes
+    from phasewise.lower.llama_cpp import weight_passes
 
     m2 = load_hardware("m2-max")
     rtx = load_hardware("rtx-4090")
@@ -640,17 +648,17 @@ def test_llama_cpp_metal_reads_weights_again_for_later_tokens_of_small_batches()
                           (32, 1)):
         up = next(op for op in build_ledger(dense, Step.decode(batch, 512), precision).ops
                   if op.name == "mlp.up")
-        assert weight_passes(up, metal) == passes
+        assert weight_passes(up, metal.kernels) == passes
         assert op_features(up, m2, "fp16", metal).memory_bytes == pytest.approx(
             up.memory_bytes + (passes - 1) * up.weights)
-        assert weight_passes(up, cuda) == 1
-        assert weight_passes(up, old) == 1  # before PR #10491: 32-token tiles from 2 tokens
+        assert weight_passes(up, cuda.kernels) == 1
+        assert weight_passes(up, old.kernels) == 1  # before PR #10491: 32-token tiles from 2 tokens
     moe = load_model("qwen3-30b-a3b")
     for batch, passes in ((1, 1.0), (16, 128 / 82.42), (32, 1.0)):
         experts = next(op for op in build_ledger(moe, Step.decode(batch, 512), precision).ops
                        if op.name == "moe.experts")
-        assert weight_passes(experts, metal) == pytest.approx(passes, rel=1e-3)
-        assert weight_passes(experts, cuda) == 1.0
+        assert weight_passes(experts, metal.kernels) == pytest.approx(passes, rel=1e-3)
+        assert weight_passes(experts, cuda.kernels) == 1.0
 
 
 def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
@@ -664,7 +672,7 @@ def test_llama_cpp_matrix_vector_kernels_run_on_the_vector_alus():
     term."""
     a100 = load_hardware("a100-80gb-sxm")
     llama = Calibrated.for_device(a100, engine="llama.cpp").traits
-    assert llama.matvec_max_tokens == 8
+    assert llama.kernels.matvec_max_tokens == 8
     precision = Precision("Q4_K_M", "fp16", "fp16")
     model = load_model("llama-3-8b")
     c = Constants(**ROUND)
@@ -715,8 +723,8 @@ def test_cuda_and_hip_matrix_vector_kernels_run_at_the_integer_rate():
             assert f.matvec == 1.0
             assert priced_parts(f, c).compute_s == pytest.approx(flops * ops / expected,
                                                                  rel=1e-9), (name, weights)
-    # the generic engine's kernels are not llama.cpp's: no integer rate
-    assert traits_for(resolve_engine("generic"), load_hardware("rtx-3090")).matvec_alu_rate == 1.0
+    # the generic engine's kernels are not llama.cpp's: no dispatch of its own
+    assert traits_for(resolve_engine("generic"), load_hardware("rtx-3090")).kernels is None
 
 
 def test_the_matrix_vector_count_is_fitted_per_compute_backend():
@@ -739,7 +747,7 @@ def test_the_matrix_vector_count_is_fitted_per_compute_backend():
 
 
 def test_a_device_s_streaming_rate_falls_back_to_its_architecture_then_its_class():
-    """bandwidth_fraction has a level per architecture (devices.toml [architecture]) between
+    """bandwidth_fraction has a level per architecture (the sheet's [architecture] name) between
     the device and its class: an RTX 4070 Ti with no value of its own takes Ada's (informed
     by its siblings), an RTX 3090 with none for Ampere GA10x its class's; the matmul
     fraction has no such level, and Apple parts are not grouped."""
@@ -760,10 +768,14 @@ def test_a_device_s_streaming_rate_falls_back_to_its_architecture_then_its_class
     assert constants_for(profile, load_hardware("rtx-4090"), llama).bandwidth_fraction == 0.95
     again = profile_from_document(tomllib.loads(profile_to_toml(profile)), "x")
     assert again.values == profile.values
-    # every listed device is in the catalog, in one architecture only
-    table = tomllib.loads(DEVICES_PATH.read_text())["architecture"]
-    listed = [d for name, devices in table.items() if name != "source" for d in devices]
-    assert len(listed) == len(set(listed)) and set(listed) <= set(hardware_names())
+    # an architecture groups siblings (a level of one device adds nothing), each with a source
+    by_arch: dict[str, list[str]] = {}
+    for name in hardware_names():
+        device = load_hardware(name)
+        if device.architecture:
+            assert "architecture" in device.sources, name
+            by_arch.setdefault(device.architecture, []).append(name)
+    assert by_arch and all(len(devices) >= 2 for devices in by_arch.values()), by_arch
 
 
 def test_grouping_by_architecture_keeps_a_device_s_prior_about_its_class():
@@ -794,7 +806,7 @@ def test_metal_small_batches_share_a_pass_s_unpacking_among_its_tokens():
     the tokens (nothing to unpack)."""
     m2 = load_hardware("m2-max")
     metal = traits_for(resolve_engine("llama.cpp"), m2)
-    assert metal.matvec_unpack_share == 0.75
+    assert metal.kernels.matvec_unpack_share == 0.75
     c = Constants(**ROUND)
     dense = load_model("qwen2.5-7b")
     for tokens, ops in ((1, 4.0), (4, 1.75), (8, 1.75)):
@@ -835,3 +847,17 @@ def test_matrix_vector_token_limits_follow_the_backend_and_the_expert_path():
                        if op.name == "moe.experts")
         assert op_features(experts, m2, "fp16", metal).matvec == on_metal
         assert op_features(experts, rtx, "fp16", cuda).matvec == on_cuda
+
+
+def test_every_geforce_sheet_states_its_fp16_accumulate_rate():
+    """GeForce tensor cores run FP16 with FP32 accumulation at half their FP16-accumulate
+    rate (GA102 whitepaper: RTX 3090 71 and 142 dense TFLOPS; Ada whitepaper: RTX 4090
+    165.2 and 330.3), and the sheets give the FP32-accumulate figure: a GeForce sheet
+    without [architecture] fp16_accumulate_speedup = 2 would price llama.cpp's fp16
+    GEMMs at half their rate."""
+    for name in hardware_names():
+        device = load_hardware(name)
+        if device.vendor == "NVIDIA" and device.device_class == "consumer_gpu":
+            assert device.fp16_accumulate_speedup == 2.0, name
+        elif device.vendor != "NVIDIA":
+            assert device.fp16_accumulate_speedup == 1.0, name

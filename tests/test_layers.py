@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).parents[1] / "src" / "phasewise"
 # Utilities any layer may use, then the layers in DESIGN.md's order (validate scores the
 # estimates against measurements, so it sits below measure; commands are the CLI's verbs).
 UTILITIES = {"errors", "version", "files", "local"}
-LAYERS = ["specs", "catalog", "ledger", "cost", "estimate", "serving", "plan", "measure",
+LAYERS = ["specs", "catalog", "ledger", "lower", "cost", "estimate", "serving", "plan", "measure",
           "validate", "report", "commands", "cli", "__main__"]
 
 

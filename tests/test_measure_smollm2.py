@@ -68,6 +68,7 @@ def test_the_tokenizer_round_trips_and_marks_control_tokens(tokenizer):
     assert tokenizer.decode(ids) == text
 
 
+@pytest.mark.slow  # loads transformers and its GGUF reader: minutes on a shared machine
 def test_the_tokenizer_agrees_with_the_transformers_gguf_tokenizer(gguf_path, tokenizer):
     transformers = pytest.importorskip("transformers")
     reference = transformers.AutoTokenizer.from_pretrained(str(gguf_path.parent),
@@ -77,6 +78,7 @@ def test_the_tokenizer_agrees_with_the_transformers_gguf_tokenizer(gguf_path, to
         assert tokenizer.encode(text) == reference.encode(text, add_special_tokens=False), text
 
 
+@pytest.mark.slow  # transformers' Llama on the same weights: minutes on a shared machine
 def test_logits_agree_with_transformers_on_the_same_dequantized_weights(gguf_path, smollm2,
                                                                        tokenizer):
     transformers = pytest.importorskip("transformers")

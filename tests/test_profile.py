@@ -109,8 +109,8 @@ def test_decode_climbs_from_memory_bound_towards_compute_bound_as_the_batch_grow
     small, large = profile_points(model, spec, CEILINGS, plan, dtype="fp32", device="cpu")
     assert small.arithmetic_intensity < 5 < large.arithmetic_intensity  # the ridge
     assert (small.predicted_bound, large.predicted_bound) == ("memory", "compute")
-    # 64 tokens share one read of the weights: many times the FLOP/s of one token
-    assert large.achieved_flops_per_s > 4 * small.achieved_flops_per_s
+    # how many times the FLOP/s of one token 64 tokens reach is measured, not asserted:
+    # benchmarks/bench_profile.py (batch sizes 1 and 64)
 
 
 def test_profile_writes_a_complete_document_a_table_and_a_roofline(tiny_config, ceilings_file,

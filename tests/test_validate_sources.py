@@ -302,7 +302,7 @@ def test_pr_7716_master_ran_mmq_in_4_token_tiles_reading_the_weights_once_per_ti
     # weights, so a 16-token micro-batch of Llama 3 8B Q5_1 reads its GEMM weights 16 / 4
     # = 4 times and a 32-token one 8 times; 4 tokens read them once, and 64 tokens take
     # the fp16 copy, read once. PR #7860's master (after #7716) is not this path.
-    from phasewise.cost.calibrated import weight_passes
+    from phasewise.lower.llama_cpp import weight_passes
     from phasewise.ledger import Step, build_ledger
     for record, tokens, passes in (("LPCU-0004", 16, 4), ("LPCU-0005", 32, 8),
                                    ("LPCU-0006", 64, 1)):
@@ -311,10 +311,10 @@ def test_pr_7716_master_ran_mmq_in_4_token_tiles_reading_the_weights_once_per_ti
         traits = Calibrated.for_device(s.hardware, engine=s.engine).traits
         up = next(op for op in build_ledger(s.model, Step.prefill(tokens), s.precision).ops
                   if op.name == "mlp.up")
-        assert weight_passes(up, traits) == passes
+        assert weight_passes(up, traits.kernels) == passes
         four = next(op for op in build_ledger(s.model, Step.prefill(4), s.precision).ops
                     if op.name == "mlp.up")
-        assert weight_passes(four, traits) == 1
+        assert weight_passes(four, traits.kernels) == 1
     assert "mmq-4-token-tiles" not in configured_row("llamacpp_pr_cuda.csv",
                                                      "LPCU-0014").engine.name
 
@@ -332,7 +332,7 @@ def test_pr_7860_master_rows_ran_mmq_at_every_micro_batch_size():
     s = configured_row("llamacpp_pr_cuda.csv", "LPCU-0014")
     assert s.engine.name == "llama.cpp+cublas-fp16+force-mmq+int8-mxfp4+ub64"
     traits = Calibrated.for_device(s.hardware, engine=s.engine).traits
-    assert traits.dequant_buffer_above_tokens == 0
+    assert traits.kernels.dequant_buffer_above_tokens == 0
     # PR #7716's table: the default path
     assert configured_row("llamacpp_pr_cuda.csv", "LPCU-0006").engine.name == \
         "llama.cpp+cublas-fp16+mmq-4-token-tiles+int8-mxfp4+ub64"

@@ -82,6 +82,7 @@ def test_the_printed_command_reproduces_the_rows_prediction(scenarios, phasewise
         assert shown[key] == pytest.approx(t.prediction.predicted_s, rel=1e-9), record
 
 
+@pytest.mark.slow  # two fits without one source: in process and in the CLI
 def test_why_under_a_held_out_source_is_that_folds_prediction(scenarios, phasewise_cli):
     source = match_source("Splitwise", sources(scenarios))
     expected = {p.record_id: p for p in holdout(scenarios, source)[0]}["PHPR-0022"]
@@ -150,3 +151,18 @@ def test_why_with_a_table_format_or_another_output_is_a_clear_error(phasewise_cl
         result = phasewise_cli("validate", "--why", "LCPP-0362", *extra, check=False)
         assert result.returncode == 2 and "Traceback" not in result.stderr, extra
         assert "--why" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_why_lists_the_kernels_the_engine_runs_otherwise_than_the_ledger(phasewise_cli):
+    """GHLB-0001, a 512-token F16 prompt on an M2 Ultra under llama.cpp without -fa: the
+    scores of its unfused attention (512 x 512 a head where the ledger counts 512 x 513 / 2
+    causal pairs: 2 x 512 / 513 = 1.996 the FLOPs) move through memory."""
+    text = phasewise_cli("validate", "--why", "GHLB-0001").stdout
+    assert "kernels the engine runs otherwise than the ledger counts" in text
+    score = next(line for line in text.splitlines() if line.strip().startswith("attn.score"))
+    assert "attention-unfused" in score and "FLOPs x2" in score
+    assert "[attention_score_bytes]" in score
+    (doc,) = json.loads(phasewise_cli("validate", "--why", "GHLB-0001", "--format",
+                                      "json").stdout)
+    kernel = next(k for k in doc["kernels"] if k["op"] == "attn.score")
+    assert kernel["flops"] / kernel["op_flops"] == pytest.approx(2 * 512 / 513)

@@ -97,6 +97,7 @@ def hardware_from_sheet(sheet: dict[str, Any], origin: str) -> HardwareSpec:
     sources = {section: str(table["source"]) for section, table in sheet.items()
                if isinstance(table, dict) and "source" in table}
     price = _price(sheet.get("price"), origin)
+    design = sheet.get("architecture") or {}
     return HardwareSpec(
         name=str(sheet["name"]), display_name=str(sheet.get("display_name", sheet["name"])),
         device_class=str(sheet.get("device_class", "datacenter_gpu")), peak_flops_per_s=peaks,
@@ -109,7 +110,18 @@ def hardware_from_sheet(sheet: dict[str, Any], origin: str) -> HardwareSpec:
         sources=sources, notes=str(sheet.get("notes", "")), price=price,
         native_formats=_native_formats(compute, peaks, origin),
         scale_out=_link(sheet.get("scale_out"), "scale_out", origin),
+        architecture=str(design.get("name", "")),
+        fp16_accumulate_speedup=_ratio(design, "fp16_accumulate_speedup", origin),
+        integer_vector_share=_ratio(design, "integer_vector_share", origin),
+        fp4_block_mma=bool(design.get("fp4_block_mma", False)),
     )
+
+
+def _ratio(table: dict[str, Any], key: str, origin: str) -> float:
+    """A positive rate ratio of the [architecture] table (1 where the sheet gives none)."""
+    if key not in table:
+        return 1.0
+    return float(_need(table, key, "architecture", origin, "a ratio of two rates"))
 
 
 @lru_cache(maxsize=1)

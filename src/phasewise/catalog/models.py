@@ -65,22 +65,21 @@ def hf_cache_dirs() -> list[Path]:
 
 
 def find_in_hf_cache(repo_id: str) -> Path | None:
-    """config.json of ``repo_id`` in the local HF cache (refs/main's snapshot first); never
-    the network."""
-    folder_name = "models--" + repo_id.replace("/", "--")
+    """config.json of ``repo_id`` in the local HF cache (the snapshot refs/main names),
+    found by huggingface_hub's own cache lookup; never the network."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        raise InputError(f"'{repo_id}' looks like a Hugging Face repo id; finding it in the "
+                         "local cache needs huggingface_hub: pip install 'phasewise[hf]', "
+                         "or pass the path to its config.json.") from None
     for cache in hf_cache_dirs():
-        repo = cache / folder_name
-        if not repo.is_dir():
-            continue
-        ref = repo / "refs" / "main"
-        if ref.is_file():
-            candidate = repo / "snapshots" / ref.read_text().strip() / "config.json"
-            if candidate.is_file():
-                return candidate
-        snapshots = sorted((repo / "snapshots").glob("*/config.json"),
-                           key=lambda p: p.stat().st_mtime, reverse=True)
-        if snapshots:
-            return snapshots[0]
+        try:
+            found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache)
+        except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
+            return None
+        if isinstance(found, str):
+            return Path(found)
     return None
 
 

@@ -256,13 +256,15 @@ def ep_option() -> Any:
 
 
 def engine_option() -> Any:
-    return typer.Option(None, "--engine", help="Inference engine whose fitted constants the "
-                                               "calibrated model uses: llama.cpp, vllm, sglang, "
-                                               "trtllm (fitted to measurements), tgi, lmdeploy, "
-                                               "mlc-llm, mlx, exllama, deepspeed, transformers "
-                                               "(generic values) or generic (default); a "
-                                               "variant after a '+' (llama.cpp+flash-attn): "
-                                               "`phasewise catalog engines` lists them.")
+    from phasewise.lower import GENERIC_ENGINE, engine_names
+
+    names = ", ".join(n for n in engine_names() if n != GENERIC_ENGINE)
+    return typer.Option(None, "--engine", help="Inference engine whose lowering and fitted "
+                                               f"constants the calibrated model uses: {names}, "
+                                               f"or {GENERIC_ENGINE} (default); a variant after "
+                                               "a '+' (llama.cpp+flash-attn): `phasewise "
+                                               "catalog engines` lists them and which are "
+                                               "fitted to measurements.")
 
 
 def calibration_file(value: str | None) -> str | None:

@@ -158,7 +158,7 @@ def catalog_engines(
 ) -> None:
     """Engines the calibrated model knows, with their variants (--engine ENGINE+VARIANT)."""
     from phasewise.cost.calibration import load_profile
-    from phasewise.cost.engines import engine_names, resolve_engine
+    from phasewise.lower import engine_names, resolve_engine
     from phasewise.report.output import to_json
 
     check_format(fmt)

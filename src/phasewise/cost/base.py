@@ -43,7 +43,8 @@ class StepTiming:
 
 
 class CostModel(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...  # as --cost names it
 
     def op_time(self, op: Op, hardware: HardwareSpec, math_format: str) -> Timing: ...
 

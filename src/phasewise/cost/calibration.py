@@ -11,27 +11,31 @@ What an engine does that the ledger cannot see is not fitted: ``cost.engines`` r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from phasewise.cost.engines import (GENERIC_ENGINE, Engine, Traits, architecture_of, backend_of,
-                                    configure, engine_names, engines, resolve_engine,
-                                    traits_for)
+from phasewise.catalog.calibration_data import parameters_document, read_profile_document
 from phasewise.errors import InputError, nearest_hint
-from phasewise.files import read_toml
+from phasewise.lower.engines import (
+    GENERIC_ENGINE,
+    Engine,
+    Traits,
+    architecture_of,
+    backend_of,
+    configure,
+    engine_names,
+    engines,
+    resolve_engine,
+    traits_for,
+)
 from phasewise.specs import HardwareSpec
 
 __all__ = ["Constants", "Engine", "GENERIC_ENGINE", "ParameterDef", "Profile", "Traits",
            "configure", "constants_for", "engine_names", "engines", "level_keys",
            "load_profile", "parameter_defs", "profile_from_document", "profile_to_toml",
            "resolve_engine", "traits_for"]
-
-CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "catalog" / "calibration"
-PARAMETERS_PATH = CALIBRATION_DIR / "parameters.toml"
-DEFAULT_PROFILE_PATH = CALIBRATION_DIR / "default.toml"
-
 
 @dataclass(frozen=True, slots=True)
 class Constants:
@@ -87,9 +91,9 @@ class Profile:
                                       for k, v in sorted(self.values.items()))))
 
 
-@lru_cache(maxsize=1)
 def parameter_defs() -> dict[str, ParameterDef]:
-    doc = read_toml(PARAMETERS_PATH, what="calibration file")
+    """Each constant's definition (``parameters.toml``), by name."""
+    doc = parameters_document()
     return {name: ParameterDef(name, str(d["level"]), float(d["prior"]), float(d["spread"]),
                                bool(d.get("by_class", False)), bool(d.get("global_only", False)),
                                float(d.get("upper", 0.0)), str(d.get("unit", "")),
@@ -113,8 +117,6 @@ def level_keys(hardware: HardwareSpec, engine: Engine, parameter: ParameterDef) 
                 else [f"engine:{name}/class:{cls}"] if parameter.by_class else []) + \
             [f"engine:{name}"]
     return keys + ["global"]
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,7 @@ def prior_profile() -> Profile:
     return Profile(name="prior")
 
 
-def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
+def profile_from_document(doc: Mapping[str, Any], origin: str) -> Profile:
     """Read the nested TOML layout ([global], [class.X], [arch.X], [device.X], [engine.X],
     [engine.X.class.Y]) into level keys, checking each constant name."""
     known = parameter_defs()
@@ -195,34 +197,37 @@ def profile_from_document(doc: dict[str, Any], origin: str) -> Profile:
                    records=records, fit=dict(doc.get("fit", {})))
 
 
-@lru_cache(maxsize=16)
 def load_profile(path: str | None = None) -> Profile:
-    """The bundled default profile, or a user's calibration TOML; read once per process."""
-    where = Path(path).expanduser() if path else DEFAULT_PROFILE_PATH
-    if path and not where.is_file():
-        raise InputError(f"calibration file {path} does not exist; check the path.")
-    if not where.is_file():
+    """The bundled default profile, or a user's calibration TOML."""
+    document, origin = read_profile_document(path)
+    if document is None:
         return prior_profile()
-    return profile_from_document(read_toml(where, what="calibration file"), str(where))
+    return profile_from_document(document, origin)
 
 
 def profile_to_toml(profile: Profile) -> str:
-    """The nested layout profile_from_document reads, one inline table per constant."""
-    lines = ["# Calibrated cost model constants, fitted by `phasewise validate --write-calibration`.",
-             "# Each value records the measurements it was fitted to and the residual of those rows.",
-             ""]
+    """The nested layout profile_from_document reads: a table per level, one per constant
+    holding its value and the record of what it was fitted to."""
+    import tomli_w
+
+    document: dict[str, Any] = {}
     if profile.fit:
-        lines += ["[fit]"] + [f"{k} = {_toml_value(v)}" for k, v in profile.fit.items()] + [""]
+        document["fit"] = {k: _rounded(v) for k, v in profile.fit.items()}
     for key in sorted(profile.values, key=_level_order):
-        lines.append(f"[{_section(key)}]")
+        table = _level_table(document, key)
         for name in sorted(profile.values[key]):
             record = dict(profile.records.get(key, {}).get(name, {}))
-            record["value"] = profile.values[key][name]
-            ordered = {"value": record.pop("value"), **record}
-            inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in ordered.items())
-            lines.append(f"{name} = {{ {inner} }}")
-        lines.append("")
-    return "\n".join(lines)
+            record.pop("value", None)
+            table[name] = {"value": _rounded(profile.values[key][name]),
+                           **{k: _rounded(v) for k, v in record.items()}}
+    return PROFILE_HEADER + tomli_w.dumps(document)
+
+
+PROFILE_HEADER = ("# Calibrated cost model constants, fitted by `phasewise validate "
+                  "--write-calibration`.\n# Each value records the measurements it was fitted "
+                  "to and the residual of those rows.\n\n")
+# Significant digits a written constant keeps: far below any fit's standard error.
+WRITTEN_DIGITS = 6
 
 
 def _level_order(key: str) -> tuple[int, str]:
@@ -230,23 +235,26 @@ def _level_order(key: str) -> tuple[int, str]:
     return next(i for i, p in enumerate(order) if key.startswith(p)), key
 
 
-def _section(key: str) -> str:
+def _level_table(document: dict[str, Any], key: str) -> dict[str, Any]:
+    """The nested table of a level key: ``global``, ``class.X``, ``engine.X.class.Y``."""
     if key == "global":
-        return "global"
-    if key.startswith("engine:"):
+        path = ["global"]
+    elif key.startswith("engine:"):
         engine, _, rest = key.removeprefix("engine:").partition("/")
         kind, _, name = rest.partition(":")
-        return f'engine."{engine}"' + (f".{kind}.{name}" if rest else "")
-    kind, _, name = key.partition(":")
-    return f'{kind}."{name}"'
+        path = ["engine", engine] + ([kind, name] if rest else [])
+    else:
+        kind, _, name = key.partition(":")
+        path = [kind, name]
+    table = document
+    for part in path:
+        table = table.setdefault(part, {})
+    return table
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(float(f"{value:.6g}")) if isinstance(value, float) else str(value)
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.{WRITTEN_DIGITS}g}")
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
+        return [_rounded(v) for v in value]
+    return value

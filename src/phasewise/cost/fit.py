@@ -15,25 +15,33 @@ its prior say. The second sum is a ridge toward the parent level, so a level
 without measurements keeps its parent's value (a device no row mentions gets its class's,
 an engine with no rows the pooled one) and a level with few rows moves only as far as
 they pull it. Where the objective has more than one minimum (``RESTARTS``), the descent
-is started again and the lowest objective kept. Operators are priced with
-``calibrated.priced_parts``, the same lines the estimate uses, on numpy columns of every
-operator of every row.
+is started again and the lowest objective kept. Each operator is lowered to the kernel its
+row's engine runs (``lower``) and priced with ``calibrated.priced_parts``, the same lines
+the estimate uses, on numpy columns of every kernel of every row.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Sequence
 
 import numpy as np
 
 from phasewise.cost.base import hardware_for_collective, math_format_for
-from phasewise.cost.calibrated import OpFeatures, op_features, priced_parts
-from phasewise.cost.calibration import (GENERIC_ENGINE, Engine, ParameterDef, Profile,
-                                        level_keys, parameter_defs, traits_for)
+from phasewise.cost.calibrated import OpFeatures, kernel_features, priced_parts
+from phasewise.cost.calibration import (
+    GENERIC_ENGINE,
+    Engine,
+    ParameterDef,
+    Profile,
+    level_keys,
+    parameter_defs,
+    traits_for,
+)
 from phasewise.ledger import Ledger
+from phasewise.lower import lower
 from phasewise.specs import HardwareSpec
 
 # Typical size of a measurement's disagreement with any simple model (ln units, ~10%):
@@ -117,28 +125,37 @@ class _Problem:
                 param = "gemm_fraction" if obs.ceiling == "gemm" else "bandwidth_fraction"
                 scale = (obs.hardware.peak_flops(obs.math_format) if obs.ceiling == "gemm"
                          else obs.hardware.memory_bandwidth_bytes_per_s)
-                ceiling_obs.append(i), ceiling_ctx.append(ctx)
-                ceiling_param.append(self.params.index(param)), ceiling_scale.append(scale)
+                ceiling_obs.append(i)
+                ceiling_ctx.append(ctx)
+                ceiling_param.append(self.params.index(param))
+                ceiling_scale.append(scale)
                 touched.setdefault(ctx, set()).add(param)
                 continue
             touched.setdefault(ctx, set()).update(self.params)
             traits = traits_for(obs.engine or _GENERIC, obs.hardware)
             for weight, ledger in obs.passes:
-                step_ctx.append(ctx), step_obs.append(i), step_weight.append(weight)
+                step_ctx.append(ctx)
+                step_obs.append(i)
+                step_weight.append(weight)
                 step_parallel.append(1.0 if ledger.devices > 1 else 0.0)
                 for op in ledger.ops:
-                    features = op_features(op, hardware_for_collective(obs.hardware, op, ledger),
-                                           math_format_for(op, ledger.math_format), traits)
+                    math_format = math_format_for(op, ledger.math_format)
+                    device = hardware_for_collective(obs.hardware, op, ledger)
+                    kernel = lower(op, device, math_format, traits)
+                    features = kernel_features(kernel, device, math_format)
                     for name in OpFeatures.__slots__:
                         columns[name].append(getattr(features, name))
-                    op_ctx.append(ctx), op_obs.append(i), op_weight.append(weight)
+                    op_ctx.append(ctx)
+                    op_obs.append(i)
+                    op_weight.append(weight)
         self.features = OpFeatures(**{k: np.asarray(v, dtype=float) for k, v in columns.items()})
         self.op_ctx, self.op_obs = np.asarray(op_ctx, int), np.asarray(op_obs, int)
         self.op_weight = np.asarray(op_weight, float)
         self.step_ctx, self.step_obs = np.asarray(step_ctx, int), np.asarray(step_obs, int)
         self.step_weight = np.asarray(step_weight, float)
         self.step_parallel = np.asarray(step_parallel, float)
-        self.ceiling_obs, self.ceiling_ctx = np.asarray(ceiling_obs, int), np.asarray(ceiling_ctx, int)
+        self.ceiling_obs = np.asarray(ceiling_obs, int)
+        self.ceiling_ctx = np.asarray(ceiling_ctx, int)
         self.ceiling_param = np.asarray(ceiling_param, int)
         self.ceiling_scale = np.asarray(ceiling_scale, float)
         self.measured = np.asarray([o.measured_s for o in self.observations], float)
@@ -163,7 +180,7 @@ class _Problem:
                 if any(key.startswith("arch:") for key in keys):
                     # a device and its architecture share the device's prior variance
                     # about its class: each offset gets spread / sqrt(2)
-                    for key, j in zip(keys, chain):
+                    for key, j in zip(keys, chain, strict=True):
                         if key.startswith(("arch:", "device:")):
                             split[j] = ARCH_SPLIT
                 chains[(ctx, p)] = chain
@@ -318,7 +335,8 @@ def _descend(problem: _Problem, delta: np.ndarray, max_iterations: int
     predicted = problem.predict(delta)
     r = problem.residuals(delta, predicted)
     cost, damping, iterations = _robust_cost(r, n), 1e-3, 0
-    for iterations in range(1, max_iterations + 1):
+    while iterations < max_iterations:
+        iterations += 1
         root_w = _root_weights(r, n)
         jac = problem.jacobian(delta, predicted) * root_w[:, None]
         normal = jac.T @ jac

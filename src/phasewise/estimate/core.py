@@ -6,12 +6,12 @@ from dataclasses import asdict, dataclass
 
 from phasewise.version import __version__
 from phasewise.catalog import load_hardware, load_model
-from phasewise.cost import CostModel, SpeedOfLight, StepTiming
+from phasewise.cost import CostModel, SpeedOfLight, StepTiming, math_format_for
 from phasewise.cost.calibrated import engine_steps, merge_step_timings
 from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
 from phasewise.estimate.cost_energy import cost_energy
 from phasewise.estimate.types import (ConstantRow, Estimate, HardwareSummary, Inputs,
-                                      MemoryReport, ModelSummary, OpRow, PhaseReport)
+                                      KernelRow, MemoryReport, ModelSummary, OpRow, PhaseReport)
 from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_ledger,
                               kv_cache_bytes_per_device, param_counts, weight_bytes_per_device)
 from phasewise.errors import InputError
@@ -109,6 +109,10 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
         warnings=_warnings(spec, workload, memory, device, parallelism),
         ops=_op_rows(prefill, decodes[1]) if detail else None,
         constants=_constant_rows(cost_model) if detail else None,
+        kernels=_kernel_rows(cost_model, device, spec, precision, parallelism,
+                             (("prefill", Step.prefill(isl, batch=b)),
+                              ("decode", Step.decode(b, (first + last) // 2))))
+        if detail else None,
     )
 
 
@@ -132,6 +136,28 @@ def _constant_rows(cost_model: CostModel) -> list[ConstantRow] | None:
     """The calibrated model's constants with the profile level each came from (None for a
     cost model without fitted constants)."""
     return [ConstantRow(**asdict(c)) for c in getattr(cost_model, "sources", ())] or None
+
+
+def _kernel_rows(cost_model: CostModel, device: HardwareSpec, model: ModelSpec,
+                 precision: Precision, par: Parallelism,
+                 steps: tuple[tuple[str, Step], ...]) -> list[KernelRow] | None:
+    """The kernels of the engine's first forward pass of each step, from its lowering
+    (None for a cost model that prices the ledger as it is)."""
+    kernel = getattr(cost_model, "kernel", None)
+    if kernel is None:
+        return None
+    rows = []
+    for phase, step in steps:
+        passes = engine_steps(cost_model, step)
+        label = phase if len(passes) == 1 else f"{phase} 1/{len(passes)}"
+        ledger = build_ledger(model, passes[0], precision, par)
+        for op in ledger.ops:
+            k = kernel(op, device, math_format_for(op, ledger.math_format))
+            rows.append(KernelRow(phase=label, name=op.name, layers=op.layers, unit=k.unit,
+                                  flops=k.flops, op_flops=op.flops, passes=k.passes,
+                                  memory_bytes=k.memory_bytes, extra_bytes=k.extra_bytes,
+                                  launches=k.launches, rules=list(k.rules)))
+    return rows
 
 
 def _price(model: ModelSpec, step: Step, precision: Precision, par: Parallelism,

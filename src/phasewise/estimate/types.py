@@ -124,6 +124,23 @@ class OpRow(_Frozen):
     sol_time_s: float
 
 
+class KernelRow(_Frozen):
+    """A kernel the engine runs for one ledger operator (``lower``): how it differs from
+    the operator's count, and the engine traits (``engines.toml``) that make it differ."""
+
+    phase: str
+    name: str
+    layers: str
+    unit: str  # matrix, vector, attention, attention-unfused, elementwise, network
+    flops: float  # computed, tile padding and masked scores included
+    op_flops: float  # what the ledger counts
+    passes: float  # passes over the weights
+    memory_bytes: float  # moved by the main kernel, every pass counted
+    extra_bytes: float  # moved by kernels of their own (dequant buffer, attention scores)
+    launches: float
+    rules: list[str]
+
+
 class ConstantRow(_Frozen):
     """A calibrated constant the estimate used, and the profile level it came from."""
 
@@ -157,3 +174,4 @@ class Estimate(_Frozen):
     warnings: list[str] = []
     ops: list[OpRow] | None = None
     constants: list[ConstantRow] | None = None  # --detail with the calibrated model
+    kernels: list[KernelRow] | None = None  # --detail with the calibrated model

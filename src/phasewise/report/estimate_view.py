@@ -113,6 +113,8 @@ def estimate_table(est: Estimate) -> Group:
     parts += [Text(f"warning: {w}", style="yellow") for w in est.warnings]
     if est.ops:
         parts.append(ops_table(est))
+    if est.kernels:
+        parts.append(kernels_table(est))
     if est.constants:
         parts.append(constants_table(est))
     return Group(*parts)
@@ -157,6 +159,24 @@ def ops_table(est: Estimate) -> Table:
                       gigabytes(b["activations"]), gigabytes(b["network"]),
                       f"{row.arithmetic_intensity:.1f}", row.bound, seconds(row.time_s),
                       seconds(row.sol_time_s))
+    return table
+
+
+def kernels_table(est: Estimate) -> Table:
+    """The kernels the engine runs for each operator (its lowering), with what differs
+    from the ledger's count and the engine traits that make it differ."""
+    engine = est.inputs.engine or "generic"
+    table = Table(title=f"Kernels {engine} runs (lowered from the ledger; decode at the middle "
+                        "context)", title_justify="left")
+    for column in ("phase", "op", "layers", "unit", "FLOPs run", "× ledger", "weight passes",
+                   "bytes", "extra bytes", "launches", "engine traits"):
+        table.add_column(column, justify="left" if column in ("phase", "op", "layers", "unit",
+                                                              "engine traits") else "right")
+    for row in est.kernels or []:
+        padding = row.flops / row.op_flops if row.op_flops else 1.0
+        table.add_row(row.phase, row.name, row.layers, row.unit, si(row.flops, "FLOP"),
+                      f"{padding:.3g}", f"{row.passes:g}", gigabytes(row.memory_bytes),
+                      gigabytes(row.extra_bytes), f"{row.launches:g}", ", ".join(row.rules))
     return table
 
 

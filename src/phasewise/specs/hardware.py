@@ -91,6 +91,12 @@ class HardwareSpec:
     price: Price | None = None  # the hourly price with its basis, source and date
     native_formats: tuple[str, ...] = ()  # formats the matrix units take; () = every peak
     scale_out: Link | None = None  # the NIC a layout wider than the interconnect's domain uses
+    # The sheet's [architecture] table: facts of the chip's design that engines' kernels
+    # meet and the peak figures do not show.
+    architecture: str = ""  # one memory-controller and cache design ("nvidia-ada"); "": own
+    fp16_accumulate_speedup: float = 1.0  # fp16-accumulate matmul rate over the fp16 peak
+    integer_vector_share: float = 1.0  # 32-bit integer vector rate over the fp32 figure
+    fp4_block_mma: bool = False  # has block-scaled FP4 matrix instructions (MXFP4 kernels)
 
     def __post_init__(self) -> None:
         if self.device_class not in DEVICE_CLASSES:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from phasewise.cost.calibrated import Calibrated, split_prefill
+from phasewise.cost.calibrated import Calibrated
+from phasewise.lower import split_prefill
 from phasewise.cost.calibration import Profile, configure, load_profile
-from phasewise.cost.engines import backend_of
+from phasewise.lower import backend_of
 from phasewise.cost.fit import FitResult, Observation, fit_profile
 from phasewise.errors import InputError
 from phasewise.estimate import estimate
@@ -47,7 +48,7 @@ class Prediction:
     predicted_s: float
     floor_s: float
     # the engine's fp16-accumulate speed-up on this device for the row's 16-bit matmuls
-    # (engines.Traits.gemm_peak_factor; 1 where none applies): the floor takes the sheet's
+    # (lower.engines.Traits.gemm_peak_factor; 1 where none applies): the floor takes the sheet's
     # fp32-accumulate rate, so a row can beat it by up to this factor
     fp16_accumulate_speedup: float = 1.0
 
@@ -188,7 +189,7 @@ def predict(scenario: Scenario, profile: Profile) -> Prediction:
         expected_s = predicted_seconds(scenario, est)
         floor_s = predicted_seconds(scenario, est, floor=True)
         model = scenario.model.name
-    # the speed-up reaches 16-bit matmuls only (calibrated.op_features' peak_factor)
+    # the speed-up reaches 16-bit matmuls only (the kernels' peak_factor, lower.llama_cpp)
     speedup = cost.traits.gemm_peak_factor if (
         scenario.kind not in CEILING_KINDS and scenario.precision.activations == "fp16") else 1.0
     return Prediction(

@@ -17,6 +17,7 @@ from phasewise.cost.calibrated import Calibrated
 from phasewise.cost.calibration import ConstantSource, Profile
 from phasewise.errors import InputError
 from phasewise.ledger import build_ledger
+from phasewise.lower import Kernel
 from phasewise.validate.run import (CEILING_KINDS, FLOOR_BEATEN, FLOOR_BEATEN_FP16_ACCUMULATE,
                                     Prediction, predict, scenario_steps, short_source)
 from phasewise.validate.scenario import Scenario
@@ -35,6 +36,7 @@ class RowTrace:
     constants: tuple[ConstantSource, ...]
     causes: dict[str, float]  # seconds of the predicted time (the measured unit's time)
     in_memory: bool = False  # a fit no file holds: the command shows the bundled profile
+    kernels: tuple[Kernel, ...] = ()  # the first pass's kernels that differ from the ledger
 
     def document(self) -> dict:
         p = self.prediction
@@ -47,6 +49,7 @@ class RowTrace:
                 "profile": self.profile,
                 "command": self.command, "command_uses_this_fit": not self.in_memory,
                 "causes_s": dict(self.causes),
+                "kernels": [kernel_document(k) for k in self.kernels],
                 "constants": [asdict(c) for c in self.constants]}
 
     def lines(self) -> list[str]:
@@ -75,6 +78,9 @@ class RowTrace:
             shares = ", ".join(f"{k} {v * 1e3:.3g} ms ({v / total:.0%})"
                                for k, v in self.causes.items() if v > 0)
             out.append(f"  expected time by cause: {shares}")
+        if self.kernels:
+            out.append("  kernels the engine runs otherwise than the ledger counts (first pass):")
+            out += [f"    {kernel_line(k)}" for k in self.kernels]
         out.append("  constants (value, the profile level it came from, rows fitted):")
         for c in self.constants:
             fitted = f", {c.rows} rows" if c.rows else ""
@@ -102,17 +108,45 @@ def trace(scenario: Scenario, profile: Profile, *, calibration: str | None = Non
     cost = Calibrated.for_device(scenario.hardware, engine=scenario.engine, calibration=profile)
     constants = cost.sources
     causes = dict.fromkeys(CAUSES, 0.0)
-    command = ""
+    command, kernels = "", []
     if scenario.kind not in CEILING_KINDS:
         ubatch = cost.traits.prefill_ubatch_tokens
-        for weight, step in scenario_steps(scenario, ubatch):
+        for i, (weight, step) in enumerate(scenario_steps(scenario, ubatch)):
             ledger = build_ledger(scenario.model, step, scenario.precision, scenario.parallelism)
             for key, seconds in _step_causes(cost, ledger, scenario.hardware).items():
                 causes[key] += weight * seconds
+            if i == 0:
+                kernels = [k for k in (cost.kernel(op, scenario.hardware,
+                                                   math_format_for(op, ledger.math_format))
+                                       for op in ledger.ops) if k.changed]
         command = estimate_command(scenario, calibration)
     else:
         causes["compute" if scenario.kind == "gemm" else "memory"] = prediction.predicted_s
-    return RowTrace(scenario, prediction, profile.name, command, constants, causes, in_memory)
+    return RowTrace(scenario, prediction, profile.name, command, constants, causes, in_memory,
+                    tuple(kernels))
+
+
+def kernel_line(k: Kernel) -> str:
+    """One lowered kernel in a line: its unit and how it differs from the ledger's count."""
+    parts = [k.unit]
+    if abs(k.padding - 1.0) > 1e-9:
+        parts.append(f"FLOPs x{k.padding:.3g}")
+    if k.passes > 1:
+        parts.append(f"{k.passes:g} passes over the weights")
+    if k.extra_bytes:
+        parts.append(f"+{k.extra_bytes / 1e9:.3g} GB in kernels of their own")
+    if k.launches != k.op.calls:
+        parts.append(f"{k.launches:g} launches")
+    if k.peak_factor != 1.0:
+        parts.append(f"matmul rate x{k.peak_factor:g}")
+    return f"{k.op.name} ({k.op.layers}): {', '.join(parts)} [{', '.join(k.rules)}]"
+
+
+def kernel_document(k: Kernel) -> dict:
+    return {"op": k.op.name, "layers": k.op.layers, "unit": k.unit, "flops": k.flops,
+            "op_flops": k.op.flops, "passes": k.passes, "memory_bytes": k.memory_bytes,
+            "extra_bytes": k.extra_bytes, "launches": k.launches, "peak_factor": k.peak_factor,
+            "rules": list(k.rules)}
 
 
 def _step_causes(cost: Calibrated, ledger, hardware) -> dict[str, float]:  # noqa: ANN001

@@ -1,0 +1,40 @@
+"""How the serving engines (vLLM, SGLang, TensorRT-LLM) lower what the ledger counts.
+
+Their attention is fused and their GEMMs run as the ledger counts them (the generic
+lowering). What differs is the tensor-parallel all-reduce: each ships its own kernel for
+decode-sized messages (``allreduce_rounds`` in ``engines.toml``, with its source), whose
+latency-bound rounds do not grow with the device count as NCCL's tree does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from phasewise.ledger import Op
+from phasewise.lower.kernel import Kernel
+from phasewise.lower.registry import Target, register_lowering
+from phasewise.specs import HardwareSpec
+
+SERVING_ENGINES = ("vllm", "sglang", "trtllm")
+# The ledger's tensor-parallel all-reduce, whose rounds an engine's own kernel may set.
+ALLREDUCE_OP = "tp.allreduce"
+
+
+def lower_collective(op: Op, target: Target) -> Kernel:
+    """The engine's own all-reduce: ``allreduce_rounds`` per call on a peer-to-peer link."""
+    kernel = Kernel.of(op)
+    rounds = target.traits.allreduce_rounds
+    if op.name != ALLREDUCE_OP or not rounds or not peer_link(target.hardware):
+        return kernel
+    return replace(kernel, hops=op.calls * rounds, rules=("allreduce_rounds",))
+
+
+for _engine in SERVING_ENGINES:
+    register_lowering(_engine, "communication")(lower_collective)
+
+
+def peer_link(hardware: HardwareSpec) -> bool:
+    """Devices joined by a scale-up link (NVLink, Infinity Fabric), which engines' own
+    all-reduce kernels need: they read peers' memory directly (vLLM turns them off on
+    PCIe-only machines of more than two GPUs)."""
+    return hardware.interconnect is not None and hardware.interconnect.kind != "pcie"
