@@ -52,7 +52,7 @@ def test_markdown_and_detail():
     (["estimate", "--hardware", "h100-sxn"], "unknown hardware"),
     (["estimate", "--isl", "0"], "--isl"),
     (["estimate", "--isl", "abc"], "--isl"),
-    (["estimate", "--osl", "999999999999"], "give a whole number from 1 to"),
+    (["estimate", "--osl", "999999999999"], "is beyond any real workload"),
     (["estimate", "--kv-dtype", "fp7"], "unknown number format"),
     (["estimate", "--tp", "3"], "does not divide"),
     (["estimate", "--hardware", "v100-sxm2-32gb", "--act-dtype", "fp8", "--weight-dtype", "fp8"],

@@ -61,5 +61,5 @@ def test_kv_in_the_activation_format_needs_no_conversion():
 
 @pytest.mark.parametrize("keep", [0, -0.5, 1.5])
 def test_kv_keep_outside_zero_one_is_refused(keep):
-    with pytest.raises(InputError, match="--kv-keep"):
+    with pytest.raises(InputError, match="kv_keep"):
         Precision(kv_keep=keep)

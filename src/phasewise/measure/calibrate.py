@@ -33,12 +33,20 @@ def spec_from_document(profile: Profile) -> ModelSpec:
     if not profile.model_spec:
         raise InputError(f"the profile of {profile.model} does not record its model's shape; "
                          "profile it again with this version of phasewise.")
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in profile.model_spec.items()}
+    known = _DOCUMENT_FIELDS
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in profile.model_spec.items()
+              if k in known}
     return ModelSpec(**fields)
 
 
+# The fields a profile document records: the uniform description the reference transformer
+# builds (its layers follow from them), not the derived per-layer views.
+_DOCUMENT_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec)
+                         if f.init and f.name not in ("layer_specs", "mtp_layers", "checkpoint"))
+
+
 def spec_to_document(spec: ModelSpec) -> dict[str, Any]:
-    return dataclasses.asdict(spec)
+    return {name: getattr(spec, name) for name in _DOCUMENT_FIELDS}
 
 
 def observations(profiles: Sequence[Profile], hardware: HardwareSpec) -> list[Any]:
