@@ -17,7 +17,17 @@ import os
 import time
 
 from phasewise.catalog import hardware_names, load_hardware
-from phasewise.plan import Load, LocalPool, Problem, RequestClass, SearchSpace, Study, Target, Traffic, plan
+from phasewise.plan import (
+    Load,
+    LocalPool,
+    Problem,
+    RequestClass,
+    SearchSpace,
+    Study,
+    Target,
+    Traffic,
+    plan,
+)
 
 MODELS = ("llama-3.1-70b", "deepseek-v3")
 
@@ -32,7 +42,7 @@ def main() -> None:
         pool = LocalPool()
         marks: dict[str, list[float]] = {}
 
-        def progress(stage: str, total: int):  # noqa: ANN202 - records when tasks end
+        def progress(stage: str, total: int, marks=marks):  # noqa: ANN001, ANN202 - records when tasks end
             marks[stage] = [time.perf_counter()]
             return lambda: marks[stage].append(time.perf_counter())
 

@@ -17,7 +17,15 @@ import time
 import numpy as np
 
 from phasewise.catalog import load_hardware
-from phasewise.serving import ClosedLoop, Pool, Requests, Server, request_metrics, simulate, summarize
+from phasewise.serving import (
+    ClosedLoop,
+    Pool,
+    Requests,
+    Server,
+    request_metrics,
+    simulate,
+    summarize,
+)
 from phasewise.serving.presets import engine_settings
 from phasewise.specs import Parallelism, Precision
 

@@ -39,7 +39,6 @@ PER_SEQ_S = np.array([0.0, 5e-6, 10e-6, 20e-6, 40e-6, 80e-6])
 
 def _replay_one(args):  # noqa: ANN001, ANN202
     from phasewise.errors import InputError
-    from phasewise.serving.presets import HostTime
     from phasewise.validate.scenario import MappingError
     from phasewise.validate.serving import replay
 

@@ -153,7 +153,7 @@ def print_table(rows: list[Row]) -> None:
                                    if r.verdict == "FAIL" else "")))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     for line in lines:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip())
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=False)).rstrip())
     for r in rows:
         if r.error:
             print(f"{r.name}: {r.error}")

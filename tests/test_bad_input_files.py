@@ -17,9 +17,18 @@ from phasewise.catalog import hardware_names
 from phasewise.catalog.hardware import HARDWARE_DIR, hardware_from_sheet
 from phasewise.catalog.schema import check_calibration, check_hardware_sheet
 from phasewise.errors import InputError
-from phasewise.files import (MAX_JSON_DEPTH, check_output_dir, check_output_file, json_depth,
-                             parse_json, read_json, read_text, read_toml, write_all,
-                             write_atomic)
+from phasewise.files import (
+    MAX_JSON_DEPTH,
+    check_output_dir,
+    check_output_file,
+    json_depth,
+    parse_json,
+    read_json,
+    read_text,
+    read_toml,
+    write_all,
+    write_atomic,
+)
 
 CATALOG = Path(__file__).resolve().parent.parent / "src" / "phasewise" / "catalog"
 

@@ -14,11 +14,22 @@ import math
 import numpy as np
 import pytest
 
-from phasewise.measure.bench import (Endpoint, Load, Plan, Request, Shape, _Stream, headers,
-                                     parse_base_url, payload, prompt_words, read_event,
-                                     requests_for)
-from phasewise.measure.bench_metrics import RequestRecord, Slos, is_good, stats, summarize
 from phasewise.errors import InputError
+from phasewise.measure.bench import (
+    Endpoint,
+    Load,
+    Plan,
+    Request,
+    Shape,
+    _Stream,
+    headers,
+    parse_base_url,
+    payload,
+    prompt_words,
+    read_event,
+    requests_for,
+)
+from phasewise.measure.bench_metrics import RequestRecord, Slos, is_good, stats, summarize
 
 
 def _records() -> list[RequestRecord]:

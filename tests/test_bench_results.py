@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from phasewise.errors import InputError
-from phasewise.measure.bench_metrics import RequestRecord, summarize
-from phasewise.measure.bench_metrics import BenchRun
-from phasewise.measure.bench_results import (document, llama_bench_rows, measurement_rows,
-                                             read_results)
+from phasewise.measure.bench_metrics import BenchRun, RequestRecord, summarize
+from phasewise.measure.bench_results import (
+    document,
+    llama_bench_rows,
+    measurement_rows,
+    read_results,
+)
 from phasewise.report.output import rows_to_csv
 from phasewise.validate.measurements import load_measurements
 from phasewise.validate.scenario import scenario_for

@@ -206,7 +206,7 @@ def test_client_times_bracket_the_server_own(measured) -> None:
     sum to the decode time plus at most STREAMING_SHARE of it."""
     done, _, times = measured
     assert len(times) == len(done.records)
-    for record, (prompt_s, prompt_tokens, eval_s, runs) in zip(done.records, times):
+    for record, (prompt_s, prompt_tokens, eval_s, runs) in zip(done.records, times, strict=False):
         assert prompt_tokens == ISL and runs == OSL - 1
         assert record.ttft_s > prompt_s
         gaps = record.itl_s.sum()
@@ -229,7 +229,7 @@ def test_an_open_loop_sends_no_request_early_and_counts_every_one(server) -> Non
 
     scheduled = [r.arrival_s for r in requests_for(load, plan)]
     sent = [r.sent_s for r in done.records]
-    assert all(s >= a for s, a in zip(sent, scheduled))
+    assert all(s >= a for s, a in zip(sent, scheduled, strict=False))
     assert done.summary.completed == 4
 
 

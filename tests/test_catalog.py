@@ -6,8 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from phasewise.catalog import (hardware_names, link_names, load_hardware, load_link, load_model,
-                               model_names)
+from phasewise.catalog import (
+    hardware_names,
+    link_names,
+    load_hardware,
+    load_link,
+    load_model,
+    model_names,
+)
 from phasewise.catalog.hardware import HARDWARE_DIR
 from phasewise.errors import InputError
 

@@ -13,8 +13,13 @@ from phasewise.catalog.hf_config import model_from_config  # noqa: E402
 from phasewise.measure import ProfilePlan, measure_ceilings, prepare_model  # noqa: E402
 from phasewise.measure.micro import gpu_class  # noqa: E402
 from phasewise.measure.profile import capture_graph  # noqa: E402
-from phasewise.measure.reference import (build_model, decode_one_token, grouped_gemm_runs,  # noqa: E402
-                                         prefill, use_grouped_gemm)
+from phasewise.measure.reference import (  # noqa: E402
+    build_model,
+    decode_one_token,
+    grouped_gemm_runs,
+    prefill,
+    use_grouped_gemm,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

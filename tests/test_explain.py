@@ -5,10 +5,14 @@ import json
 import subprocess
 import sys
 
-
 from phasewise.catalog import load_hardware, load_model
-from phasewise.estimate.explain import (attention_overtakes_gemms_at, decode_compute_bound_batch,
-                                        decode_intensity, explain, smallest_satisfying)
+from phasewise.estimate.explain import (
+    attention_overtakes_gemms_at,
+    decode_compute_bound_batch,
+    decode_intensity,
+    explain,
+    smallest_satisfying,
+)
 from phasewise.specs import Parallelism, Precision, Workload
 
 LLAMA_8B = load_model("llama-3.1-8b")

@@ -8,8 +8,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from phasewise.ledger import Step, build_ledger, param_counts  # noqa: E402
-from phasewise.measure.reference import (attention_mask, build_model, decode_one_token,  # noqa: E402
-                                         prefer_vector_layouts, prefill, rope_tables)
+from phasewise.measure.reference import (  # noqa: E402
+    attention_mask,
+    build_model,
+    decode_one_token,
+    prefer_vector_layouts,
+    prefill,
+    rope_tables,
+)
 from phasewise.specs import ModelSpec, Precision  # noqa: E402
 
 FP32 = Precision("fp32", "fp32", "fp32")
@@ -187,7 +193,7 @@ def test_moe_layer_computes_each_tokens_top_k_experts_weighted_plus_the_shared_o
                 probs = (layer.router.weight @ v).softmax(dim=-1)
                 top, experts = probs.topk(spec.experts_per_token)
                 total = layer.shared(v)
-                for p, e in zip(top / top.sum(), experts.tolist()):
+                for p, e in zip(top / top.sum(), experts.tolist(), strict=False):
                     gate, up = (layer.w_up[e] @ v).split(spec.moe_intermediate_size)
                     total = total + p * (layer.w_down[e] @ (silu(gate) * up))
                 want[b, t] = total

@@ -12,8 +12,18 @@ import pytest
 
 from phasewise.catalog import load_hardware
 from phasewise.cli import main
-from phasewise.plan import (Load, LocalPool, Problem, RequestClass, SearchSpace, Serial, Study,
-                            Target, Traffic, plan)
+from phasewise.plan import (
+    Load,
+    LocalPool,
+    Problem,
+    RequestClass,
+    SearchSpace,
+    Serial,
+    Study,
+    Target,
+    Traffic,
+    plan,
+)
 
 SMALL = ["--model", "llama-3.1-8b", "--hardware", "h100-sxm,a100-80gb-sxm", "--tp", "1",
          "--kv-dtype", "bf16", "--max-num-seqs", "64,256", "--max-num-batched-tokens", "8192",

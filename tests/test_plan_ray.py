@@ -6,8 +6,19 @@ from __future__ import annotations
 import pytest
 
 from phasewise.catalog import load_hardware
-from phasewise.plan import (Load, LocalPool, Problem, RayExecutor, RequestClass, SearchSpace,
-                            Serial, Study, Target, Traffic, plan)
+from phasewise.plan import (
+    Load,
+    LocalPool,
+    Problem,
+    RayExecutor,
+    RequestClass,
+    SearchSpace,
+    Serial,
+    Study,
+    Target,
+    Traffic,
+    plan,
+)
 
 pytestmark = pytest.mark.slow
 

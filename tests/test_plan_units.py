@@ -4,18 +4,24 @@ Pareto fronts, replica search, SLO texts and the search space."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phasewise.catalog import load_hardware
 from phasewise.errors import InputError
 from phasewise.plan.inputs import target
 from phasewise.plan.profile import DecodePoint, Profile
-from phasewise.plan.queueing import (class_percentile, decode_batch, pool_state,
-                                     violation_share)
+from phasewise.plan.queueing import class_percentile, decode_batch, pool_state, violation_share
 from phasewise.plan.report_rows import pareto
 from phasewise.plan.screen import _smallest
-from phasewise.plan.space import (PoolShape, RequestClass, SearchSpace, Traffic, kv_formats,
-                                  weight_formats)
+from phasewise.plan.space import (
+    PoolShape,
+    RequestClass,
+    SearchSpace,
+    Traffic,
+    kv_formats,
+    weight_formats,
+)
 from phasewise.specs import Parallelism, Precision
 
 

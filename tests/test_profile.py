@@ -12,8 +12,15 @@ torch = pytest.importorskip("torch")
 from phasewise.catalog import load_model  # noqa: E402
 from phasewise.errors import InputError  # noqa: E402
 from phasewise.ledger import Step, build_ledger  # noqa: E402
-from phasewise.measure import (Ceilings, ProfilePlan, check_fits, hardware_from_ceilings,  # noqa: E402
-                               measure_ceilings, prepare_model, profile_points)
+from phasewise.measure import (  # noqa: E402
+    Ceilings,
+    ProfilePlan,
+    check_fits,
+    hardware_from_ceilings,
+    measure_ceilings,
+    prepare_model,
+    profile_points,
+)
 from phasewise.measure.profile import make_point, precision_for  # noqa: E402
 from phasewise.measure.timing import Sample  # noqa: E402
 

@@ -130,7 +130,7 @@ def test_disaggregation_wins_goodput_under_a_tight_tpot_slo_and_loses_under_a_lo
     def goodput(server: Server, slo: Slo) -> float:
         """DistServe's goodput: the highest rate at which the SLO attainment holds."""
         runs = sweep(rates, server, 600, "2048", "128", slo)
-        return max((rate for rate, s in zip(rates, runs) if s.slo.met), default=0.0)
+        return max((rate for rate, s in zip(rates, runs, strict=False) if s.slo.met), default=0.0)
 
     assert goodput(disaggregated, tight) > goodput(colocated, tight)
     assert goodput(colocated, loose) > goodput(disaggregated, loose)

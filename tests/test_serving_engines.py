@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from tests.test_serving_fakes import FixedStep, trace
 
 from phasewise.catalog import load_hardware
 from phasewise.cost import StepTiming, Timing
@@ -16,7 +17,6 @@ from phasewise.serving.layouts import engine_layout
 from phasewise.serving.presets import HostTime, capture_sizes, engine_settings, is_preset
 from phasewise.serving.requests import Lengths, range_lengths
 from phasewise.specs import Parallelism
-from tests.test_serving_fakes import FixedStep, trace
 
 
 class BatchStep:

@@ -37,7 +37,7 @@ def small_h100(memory_gb: float = 19.0):  # noqa: ANN201
 
 def trace(*rows: tuple[float, int, int]) -> Requests:
     """Requests from (arrival_s, input_tokens, output_tokens) rows."""
-    arrival, isl, osl = zip(*rows)
+    arrival, isl, osl = zip(*rows, strict=False)
     return Requests(np.array(isl), np.array(osl), np.array(arrival, dtype=float))
 
 

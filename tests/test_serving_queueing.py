@@ -100,7 +100,7 @@ def test_closed_loop_keeps_each_client_to_one_request_in_flight() -> None:
         by_client.setdefault(seq.client, []).append(seq)
     assert sorted(by_client) == [0, 1, 2]
     for seqs in by_client.values():
-        for before, after in zip(seqs, seqs[1:]):
+        for before, after in zip(seqs, seqs[1:], strict=False):
             assert after.arrival_s == pytest.approx(before.done_s + D)
 
 

@@ -10,8 +10,13 @@ import pytest
 
 from phasewise.errors import InputError
 from phasewise.serving import load_trace, parse_lengths
-from phasewise.serving.requests import (arrivals, constant_arrivals, gamma_arrivals, open_loop,
-                                        poisson_arrivals)
+from phasewise.serving.requests import (
+    arrivals,
+    constant_arrivals,
+    gamma_arrivals,
+    open_loop,
+    poisson_arrivals,
+)
 
 EXAMPLE_TRACE = Path(__file__).resolve().parents[1] / "examples" / "trace.csv"
 

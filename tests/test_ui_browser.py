@@ -63,7 +63,7 @@ def server():
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise AssertionError(f"phasewise ui did not start: {process.stdout.read()}")
+                raise AssertionError(f"phasewise ui did not start: {process.stdout.read()}") from None
             time.sleep(0.3)
     yield url
     process.terminate()

@@ -14,8 +14,13 @@ from phasewise.cost.calibrated import Calibrated
 from phasewise.validate import scenario as scenario_module
 from phasewise.validate.measurements import MEASUREMENTS_DIR, load_measurements
 from phasewise.validate.run import dataset
-from phasewise.validate.scenario import (MappingError, precision_for, resolve_device,
-                                         resolve_model, scenario_for)
+from phasewise.validate.scenario import (
+    MappingError,
+    precision_for,
+    resolve_device,
+    resolve_model,
+    scenario_for,
+)
 
 NEW_FILES = ("lhl_benchmark_notes.csv", "github_llama_bench_posts.csv", "rocm_vllm_mi300x.csv",
              "amd_rocm_llamacpp_mi300x.csv", "vllm_ci_latency.csv", "llamacpp_dgx_spark.csv",
@@ -302,8 +307,8 @@ def test_pr_7716_master_ran_mmq_in_4_token_tiles_reading_the_weights_once_per_ti
     # weights, so a 16-token micro-batch of Llama 3 8B Q5_1 reads its GEMM weights 16 / 4
     # = 4 times and a 32-token one 8 times; 4 tokens read them once, and 64 tokens take
     # the fp16 copy, read once. PR #7860's master (after #7716) is not this path.
-    from phasewise.lower.llama_cpp import weight_passes
     from phasewise.ledger import Step, build_ledger
+    from phasewise.lower.llama_cpp import weight_passes
     for record, tokens, passes in (("LPCU-0004", 16, 4), ("LPCU-0005", 32, 8),
                                    ("LPCU-0006", 64, 1)):
         s = configured_row("llamacpp_pr_cuda.csv", record)

@@ -5,8 +5,11 @@ import pytest
 import phasewise
 from phasewise.catalog import load_hardware
 from phasewise.errors import InputError
-from phasewise.estimate.cost_energy import (joules_per_token_upper_bound, usd_per_million_tokens,
-                                            with_price)
+from phasewise.estimate.cost_energy import (
+    joules_per_token_upper_bound,
+    usd_per_million_tokens,
+    with_price,
+)
 from phasewise.specs import Parallelism, Workload
 
 H100 = load_hardware("h100-sxm")

@@ -8,14 +8,13 @@ The verbs are functions (``phasewise.api``): ``estimate``, ``explain``, ``compar
 
 from typing import Any
 
-from phasewise.version import __version__
+import phasewise.validate  # noqa: E402,F401 - the subpackage first, then its name is the verb
+from phasewise.errors import InputError  # noqa: E402
 
 # Bound after the subpackage import, so `phasewise.estimate` is the function.
 from phasewise.estimate.core import estimate  # noqa: E402
-from phasewise.errors import InputError  # noqa: E402
 from phasewise.specs import Parallelism, Precision, Workload  # noqa: E402
-
-import phasewise.validate  # noqa: E402,F401 - the subpackage first, then its name is the verb
+from phasewise.version import __version__
 
 _LAZY = ("batch_sweep", "compare", "disaggregate", "explain", "simulate", "speculative",
          "tp_scaling", "what_if")

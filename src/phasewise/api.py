@@ -13,8 +13,8 @@ here put together the pieces their CLI verbs put together, with the same checks.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError

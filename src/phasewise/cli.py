@@ -13,12 +13,12 @@ try:  # Typer 0.2x carries its own copy of click
 except ImportError:  # pragma: no cover - older Typer on the real click
     from click import exceptions as click_errors
 
-# click's Abort (Ctrl-C at a prompt); some vendored copies do not export it.
-_ABORT = getattr(click_errors, "Abort", KeyboardInterrupt)
-
-from phasewise.commands import VERB_MODULES  # noqa: E402
+from phasewise.commands import VERB_MODULES
 from phasewise.commands._app import app
 from phasewise.errors import InputError
+
+# click's Abort (Ctrl-C at a prompt); some vendored copies do not export it.
+_ABORT = getattr(click_errors, "Abort", KeyboardInterrupt)
 
 for _module in VERB_MODULES:
     importlib.import_module(f"phasewise.commands.{_module}")

@@ -217,7 +217,7 @@ def write_all(files: dict[str | Path, str | bytes]) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
     written: list[tuple[str, Path]] = []
     try:
-        for path, data in zip(paths, files.values()):
+        for path, data in zip(paths, files.values(), strict=False):
             written.append((_temporary(path, data), path))
         for tmp, path in written:
             os.replace(tmp, path)

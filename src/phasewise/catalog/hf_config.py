@@ -11,7 +11,7 @@ from phasewise.catalog.hf_layers import Config
 from phasewise.catalog.hf_quant import checkpoint_formats
 from phasewise.errors import InputError
 from phasewise.specs import ModelSpec
-from phasewise.specs.model import Attention, DenseMLP, Layer, MoE, uniform_layers
+from phasewise.specs.model import Attention, Layer, MoE, uniform_layers
 
 # Model types whose MLP is a plain up/activation/down (no gate projection).
 UNGATED_MLP_TYPES = {"bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "opt", "gpt_bigcode",
@@ -50,7 +50,7 @@ HARMLESS_KEYS = {
     "sliding_window_size", "qk_head_dim", "indexer_rope_interleave", "mtp_transformer_layers",
     "pruned_heads", "ignore_index", "use_unified_vision_chunk", "num_kv_shared_layers",
     "hidden_size_per_layer_input", "use_double_wide_mlp", "torch_dtype", "dtype",
-    "hc_eps", "hc_sinkhorn_iters", "mamba_ssm_dtype", "ssm_state_dtype", "num_beam_groups",
+    "hc_eps", "hc_sinkhorn_iters", "mamba_ssm_dtype", "num_beam_groups",
 }
 TOKEN_KEY = re.compile(r"token_(index|id)s?$|_token$")
 

@@ -18,9 +18,21 @@ import math
 from typing import Any
 
 from phasewise.errors import InputError
-from phasewise.specs.model import (MLP, Attention, CrossAttention, DenseMLP, LatentAttention, Layer,
-                                   LinearAttention, LinearMixer, LinearMLP, Mamba2, Mixer, MoE,
-                                   ShortConv)
+from phasewise.specs.model import (
+    MLP,
+    Attention,
+    CrossAttention,
+    DenseMLP,
+    LatentAttention,
+    Layer,
+    LinearAttention,
+    LinearMixer,
+    LinearMLP,
+    Mamba2,
+    Mixer,
+    MoE,
+    ShortConv,
+)
 
 # Activations of a plain (two-matrix) MLP: up, activation, down.
 UNGATED_ACTIVATIONS = {"relu2", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "gelu_fast"}

@@ -6,12 +6,21 @@ from __future__ import annotations
 import math
 import re
 import sys
-from typing import Any, Optional
+from datetime import UTC
+from typing import Any
 
 import typer
 
-from phasewise.commands._app import (app, calibration_option, check_format, console, echo,
-                                     engine_option, ints, split_list)
+from phasewise.commands._app import (
+    app,
+    calibration_option,
+    check_format,
+    console,
+    echo,
+    engine_option,
+    ints,
+    split_list,
+)
 from phasewise.errors import InputError
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(us|ms|s)?\s*$", re.IGNORECASE)
@@ -20,11 +29,11 @@ _UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1e-3}
 
 @app.command()
 def bench(
-    url: Optional[str] = typer.Option(None, "--url", help="The server, e.g. "
+    url: str | None = typer.Option(None, "--url", help="The server, e.g. "
                                       "http://127.0.0.1:8000 (requests go to it alone)."),
     endpoint: str = typer.Option("completions", "--endpoint", help="completions "
                                  "(/v1/completions) or chat (/v1/chat/completions)."),
-    served_model: Optional[str] = typer.Option(None, "--served-model", help="The model name "
+    served_model: str | None = typer.Option(None, "--served-model", help="The model name "
                                                "the server serves (default: the first of "
                                                "/v1/models)."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment "
@@ -34,17 +43,17 @@ def bench(
                             "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
     osl: str = typer.Option("64", "--osl", help="Output tokens, as --isl."),
     num_requests: int = typer.Option(100, "--num-requests", "-n", help="Requests per run."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="Open loop: requests per second "
+    rate: str | None = typer.Option(None, "--rate", help="Open loop: requests per second "
                                        "(inf: all at once); a comma list sweeps."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or constant."),
-    clients: Optional[str] = typer.Option(None, "--clients", help="Closed loop: concurrent "
+    clients: str | None = typer.Option(None, "--clients", help="Closed loop: concurrent "
                                           "clients; a comma list sweeps."),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Open loop: "
+    max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="Open loop: "
                                                   "at most this many requests in flight."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="Replay a CSV/JSONL trace "
+    trace: str | None = typer.Option(None, "--trace", help="Replay a CSV/JSONL trace "
                                         "(arrival_s, input_tokens, output_tokens)."),
     warmup: int = typer.Option(1, "--warmup", help="Requests sent and not counted first."),
-    duration: Optional[str] = typer.Option(None, "--duration", help="Time limit of a run "
+    duration: str | None = typer.Option(None, "--duration", help="Time limit of a run "
                                            "(e.g. 60s): no request starts after it."),
     request_timeout: str = typer.Option("300s", "--request-timeout", help="Deadline of one "
                                         "request; past it the request counts as timed out."),
@@ -52,38 +61,38 @@ def bench(
                                      "min_tokens and ignore_eos so answers run to --osl."),
     seed: int = typer.Option(0, "--seed", help="Seed of lengths, arrivals and prompts."),
     percentiles: str = typer.Option("50,90,99", "--percentiles", help="Percentiles reported."),
-    ttft: Optional[str] = typer.Option(None, "--ttft", help="Goodput SLO on TTFT (200ms; a "
+    ttft: str | None = typer.Option(None, "--ttft", help="Goodput SLO on TTFT (200ms; a "
                                        "bare number is milliseconds)."),
-    tpot: Optional[str] = typer.Option(None, "--tpot", help="Goodput SLO on TPOT."),
-    e2el: Optional[str] = typer.Option(None, "--e2el", help="Goodput SLO on E2E latency."),
-    read: Optional[str] = typer.Option(None, "--read", help="Read result files instead of "
+    tpot: str | None = typer.Option(None, "--tpot", help="Goodput SLO on TPOT."),
+    e2el: str | None = typer.Option(None, "--e2el", help="Goodput SLO on E2E latency."),
+    read: str | None = typer.Option(None, "--read", help="Read result files instead of "
                                        "running (comma list): phasewise bench --save-result, "
                                        "vllm bench serve --save-result, llama-bench -o json, "
                                        "GuideLLM's benchmarks.json."),
     predict: bool = typer.Option(False, "--predict", help="Serve the same load in the "
                                  "simulator and print measured against predicted."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="The model, for "
+    model: str | None = typer.Option(None, "--model", "-m", help="The model, for "
                                         "--predict and the measurement rows (catalog name "
                                         "or config)."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", "-H", help="The device, for "
+    hardware: str | None = typer.Option(None, "--hardware", "-H", help="The device, for "
                                            "--predict and the rows (catalog name, 'local' or "
                                            "a TOML sheet)."),
-    engine: Optional[str] = engine_option(),
+    engine: str | None = engine_option(),
     weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="The served weights' "
                                      "format (bf16, fp8, a GGUF type such as Q4_K_M...)."),
     scheduler: str = typer.Option("continuous", "--scheduler", help="The simulated "
                                   "server's scheduler."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences the "
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Sequences the "
                                                "simulated server keeps in flight (default 1 "
                                                "for llama.cpp, 256 otherwise)."),
-    calibration: Optional[str] = calibration_option(),
-    save_result: Optional[str] = typer.Option(None, "--save-result", help="Write the runs "
+    calibration: str | None = calibration_option(),
+    save_result: str | None = typer.Option(None, "--save-result", help="Write the runs "
                                               "(summary and every request) as JSON."),
-    measurements_out: Optional[str] = typer.Option(None, "--measurements-out", help="Write "
+    measurements_out: str | None = typer.Option(None, "--measurements-out", help="Write "
                                                    "the runs as rows `phasewise validate "
                                                    "--measurements` reads (needs --model, "
                                                    "--hardware, --engine)."),
-    fit_overhead: Optional[str] = typer.Option(None, "--fit-overhead", help="Fit the "
+    fit_overhead: str | None = typer.Option(None, "--fit-overhead", help="Fit the "
                                                "engine's host overhead per step to the runs "
                                                "and write the calibration profile here."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
@@ -266,11 +275,11 @@ def _write_files(runs: list[Any], tests: list[dict], endpoint_doc: dict, predict
                                                    plan={"isl": isl, "osl": osl},
                                                    predictions=predictions)))
     if measurements_out:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         from phasewise.measure.bench_results import llama_bench_rows, measurement_rows
 
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         source = f"phasewise bench {stamp}"
         rows = measurement_rows(runs, hardware=target.hardware, model=target.model,
                                 weight_dtype=weight_dtype, software=target.engine,

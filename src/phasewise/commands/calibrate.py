@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -28,37 +28,37 @@ CUDA_MODELS = ("llama-3.1-8b", "llama-3.2-3b", "llama-3.2-1b")
 
 @app.command()
 def calibrate(
-    profiles: Optional[str] = typer.Option(None, "--from", help="Profile documents to fit (JSON "
+    profiles: str | None = typer.Option(None, "--from", help="Profile documents to fit (JSON "
                                            "from `phasewise profile --out`), comma list. Without "
                                            "it, the models of --model are profiled now."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Models to profile when "
+    model: str | None = typer.Option(None, "--model", "-m", help="Models to profile when "
                                         "--from is not given (comma list; default "
                                         "smollm2-135m on a CPU, on a GPU the largest of "
                                         "llama-3.1-8b, -3.2-3b, -3.2-1b that fits)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default fp32 "
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default fp32 "
                                         "on CPU, bf16 on CUDA)."),
-    prompt_lengths: Optional[str] = typer.Option(
+    prompt_lengths: str | None = typer.Option(
         None, "--prompt-lengths", "--isl", help="Prefill points to profile (comma list; "
         "default 128,256,512,1024 on a CPU, 2048,4096 on a GPU, where shorter prompts are "
         "bound by the host launching eager kernels)."),
-    batch_size: Optional[str] = typer.Option(
+    batch_size: str | None = typer.Option(
         None, "--batch-size", "-b", help="Decode batch sizes to profile (comma list; default "
         "1 on a CPU, where BLAS GEMMs of 2-16 rows run slower than the smooth curve of the "
         "calibrated model and fitting them distorts prefill and batch-1 decode; 1,8 on a "
         "GPU)."),
     context: str = typer.Option("128,1024", "--context", help="Decode contexts to profile."),
     repeats: int = typer.Option(3, "--repeats", help="Timed repeats per point."),
-    out_dir: Optional[str] = typer.Option(None, "--out-dir", help="Where to write "
+    out_dir: str | None = typer.Option(None, "--out-dir", help="Where to write "
                                           "calibration.toml and hardware.toml (default "
                                           "$PHASEWISE_HOME or ~/.config/phasewise)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """Fit the calibrated cost model to measurements of this machine."""
+    from phasewise.files import check_output_dir, write_all
     from phasewise.local import local_dir
     from phasewise.measure.calibrate import calibration_toml, fit_calibration, hardware_sheet_toml
     from phasewise.report.output import to_json
-    from phasewise.files import check_output_dir, write_all
 
     if fmt not in ("table", "json"):
         raise InputError(f"--format {fmt}: choose table or json.")
@@ -157,12 +157,12 @@ def _profile_now(models: list[str], where: str, dtype: str, plan: Any) -> list[A
     from rich.console import Console
     from rich.progress import Progress
 
-    from phasewise.version import __version__
     from phasewise.catalog import load_model
     from phasewise.measure.calibrate import spec_to_document
     from phasewise.measure.micro import measure_ceilings
     from phasewise.measure.profile import check_fits, prepare_model, profile_points
     from phasewise.measure.types import Profile
+    from phasewise.version import __version__
 
     specs = [load_model(m) for m in models]
     for spec in specs:
@@ -189,7 +189,7 @@ def _profile_now(models: list[str], where: str, dtype: str, plan: Any) -> list[A
 def _residual_rows(result: Any) -> list[dict[str, Any]]:
     return [{"measurement": obs.key, "measured_s": obs.measured_s, "fitted_s": float(pred),
              "error": float(pred / obs.measured_s - 1.0)}
-            for obs, pred in zip(result.observations, result.predicted_s) if not obs.ceiling]
+            for obs, pred in zip(result.observations, result.predicted_s, strict=False) if not obs.ceiling]
 
 
 def _constants_table(result: Any) -> Any:

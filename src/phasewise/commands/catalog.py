@@ -3,7 +3,7 @@ number formats."""
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 import typer
 
@@ -17,7 +17,7 @@ app.add_typer(catalog_app, name="catalog")
 
 @catalog_app.command("models")
 def catalog_models(
-    name: Optional[str] = typer.Argument(None, help="Show one model's normalised spec."),
+    name: str | None = typer.Argument(None, help="Show one model's normalised spec."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """The embedded models with parameter counts and KV bytes per token (bf16)."""
@@ -80,7 +80,7 @@ def _attention_kind(spec) -> str:  # noqa: ANN001
 
 @catalog_app.command("hardware")
 def catalog_hardware(
-    name: Optional[str] = typer.Argument(None, help="Show one device's sheet with sources."),
+    name: str | None = typer.Argument(None, help="Show one device's sheet with sources."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
     """The embedded devices, or one device's sheet with the source of every figure."""
@@ -151,7 +151,7 @@ def catalog_links() -> None:
 
 @catalog_app.command("engines")
 def catalog_engines(
-    name: Optional[str] = typer.Argument(None, help="Show one engine: its documented traits "
+    name: str | None = typer.Argument(None, help="Show one engine: its documented traits "
                                                     "by backend, its variants and what "
                                                     "selects each, and its fitted constants."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),

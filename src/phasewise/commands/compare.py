@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
-from phasewise.commands._app import (MAX_DEVICES, act_dtype_option, app, batch_size_option,
-                                     calibration_option,
-                                     check_format, console, echo, engine_option, ep_option, ints,
-                                     isl_option, kv_dtype_option, kv_keep_option, osl_option,
-                                     pp_option, split_list, weight_dtype_option)
+from phasewise.commands._app import (
+    MAX_DEVICES,
+    act_dtype_option,
+    app,
+    batch_size_option,
+    calibration_option,
+    check_format,
+    console,
+    echo,
+    engine_option,
+    ep_option,
+    ints,
+    isl_option,
+    kv_dtype_option,
+    kv_keep_option,
+    osl_option,
+    pp_option,
+    split_list,
+    weight_dtype_option,
+)
 from phasewise.commands._whatif import fraction, one, resolve_prices
 from phasewise.commands.estimate import DEFAULT_MODEL
 
@@ -19,7 +32,7 @@ from phasewise.commands.estimate import DEFAULT_MODEL
 def compare(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Catalog name, config.json path, or HF repo id in the cache."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", "-H",
+    hardware: str | None = typer.Option(None, "--hardware", "-H",
                                            help="Devices to rank, comma-separated (default: "
                                                 "every catalog device that fits)."),
     isl: str = isl_option(),
@@ -28,12 +41,12 @@ def compare(
     weight_dtype: str = weight_dtype_option(),
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
-    kv_keep: Optional[str] = kv_keep_option(),
+    kv_keep: str | None = kv_keep_option(),
     tp: str = typer.Option("1", "--tp", help="Tensor-parallel degrees (comma list: one device "
                                              "across several degrees shows TP scaling)."),
     pp: int = pp_option(),
     ep: int = ep_option(),
-    price: Optional[str] = typer.Option(None, "--price",
+    price: str | None = typer.Option(None, "--price",
                                         help="US$ per device-hour: one number for every device, "
                                              "or DEVICE=PRICE pairs."),
     rank_by: str = typer.Option("cost", "--rank-by",
@@ -42,21 +55,25 @@ def compare(
     all_devices: bool = typer.Option(False, "--all", help="Rank devices that do not fit too."),
     show_skipped: bool = typer.Option(False, "--show-skipped",
                                       help="List the devices left out and why."),
-    cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the expected times."),
-    engine: Optional[str] = engine_option(),
-    calibration: Optional[str] = calibration_option(),
+    cost: str | None = typer.Option(None, "--cost", help="Cost model for the expected times."),
+    engine: str | None = engine_option(),
+    calibration: str | None = calibration_option(),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
 ) -> None:
     """Rank devices for one model and workload: TTFT, TPOT, throughput, memory fit, price and
     cost per million input and output tokens, with the winner of each phase."""
     from phasewise.catalog import hardware_names
     from phasewise.cost.registry import DEFAULT_COST_MODEL
-    from phasewise.estimate.pricing import CostChoice
     from phasewise.estimate.compare import compare as run_compare
     from phasewise.estimate.cost_energy import with_price
     from phasewise.estimate.parallel import tp_scaling
-    from phasewise.report.compare_view import (comparison_rows, comparison_table, parallel_rows,
-                                               parallel_table)
+    from phasewise.estimate.pricing import CostChoice
+    from phasewise.report.compare_view import (
+        comparison_rows,
+        comparison_table,
+        parallel_rows,
+        parallel_table,
+    )
     from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
     from phasewise.specs import Parallelism, Precision, Workload
 

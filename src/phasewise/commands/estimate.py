@@ -4,15 +4,29 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Optional
 
 import typer
 
-from phasewise.commands._app import (MAX_DEVICES, act_dtype_option, app, batch_size_option,
-                                     calibration_option,
-                                     check_format, console, echo, engine_option, ep_option, ints,
-                                     isl_option, kv_dtype_option, kv_keep_option, osl_option,
-                                     pp_option, split_list, weight_dtype_option)
+from phasewise.commands._app import (
+    MAX_DEVICES,
+    act_dtype_option,
+    app,
+    batch_size_option,
+    calibration_option,
+    check_format,
+    console,
+    echo,
+    engine_option,
+    ep_option,
+    ints,
+    isl_option,
+    kv_dtype_option,
+    kv_keep_option,
+    osl_option,
+    pp_option,
+    split_list,
+    weight_dtype_option,
+)
 from phasewise.commands._whatif import WhatIfFlags, fraction, priced_device, render_whatifs
 from phasewise.errors import InputError
 
@@ -38,42 +52,42 @@ def estimate(
     tp: str = typer.Option("1", "--tp", help="Tensor-parallel degree."),
     pp: int = pp_option(),
     ep: int = ep_option(),
-    cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the headline numbers "
+    cost: str | None = typer.Option(None, "--cost", help="Cost model for the headline numbers "
                                        "(the speed-of-light floor is always shown)."),
-    engine: Optional[str] = engine_option(),
-    calibration: Optional[str] = calibration_option(),
+    engine: str | None = engine_option(),
+    calibration: str | None = calibration_option(),
     detail: bool = typer.Option(False, "--detail", help="Print the per-operator ledger."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
-    kv_keep: Optional[str] = kv_keep_option(),
-    price: Optional[str] = typer.Option(None, "--price", help="US$ per device-hour: one number, "
+    kv_keep: str | None = kv_keep_option(),
+    price: str | None = typer.Option(None, "--price", help="US$ per device-hour: one number, "
                                         "or DEVICE=PRICE pairs (default: catalog price)."),
-    what_if: Optional[list[str]] = typer.Option(None, "--what-if", help="A variant to set beside "
+    what_if: list[str] | None = typer.Option(None, "--what-if", help="A variant to set beside "
                                                 "the baseline, e.g. kv-dtype=fp8,kv-keep=0.5 "
                                                 "(repeatable)."),
-    draft: Optional[str] = typer.Option(None, "--draft", help="Speculative decoding with this "
+    draft: str | None = typer.Option(None, "--draft", help="Speculative decoding with this "
                                         "draft model (catalog name or config), or `mtp` for "
                                         "the model's own MTP layers."),
-    draft_head: Optional[str] = typer.Option(None, "--draft-head", help="Speculative decoding "
+    draft_head: str | None = typer.Option(None, "--draft-head", help="Speculative decoding "
                                              "with an EAGLE/MTP-style head costing this fraction "
                                              "of the target's layers."),
     spec_tokens: int = typer.Option(4, "--spec-tokens", help="Draft tokens per round (γ)."),
     spec_accept: str = typer.Option("0.7", "--spec-accept",
                                     help="Per-token acceptance rate α in [0, 1)."),
-    prefill_hardware: Optional[str] = typer.Option(None, "--prefill-hardware",
+    prefill_hardware: str | None = typer.Option(None, "--prefill-hardware",
                                                    help="Disaggregated serving: prefill pool device."),
-    decode_hardware: Optional[str] = typer.Option(None, "--decode-hardware",
+    decode_hardware: str | None = typer.Option(None, "--decode-hardware",
                                                   help="Disaggregated serving: decode pool device."),
-    prefill_pool: Optional[int] = typer.Option(None, "--prefill-pool", help="Prefill pool devices."),
-    decode_pool: Optional[int] = typer.Option(None, "--decode-pool", help="Decode pool devices."),
-    prefill_tp: Optional[int] = typer.Option(None, "--prefill-tp", help="TP of a prefill instance."),
-    decode_tp: Optional[int] = typer.Option(None, "--decode-tp", help="TP of a decode instance."),
-    link: Optional[str] = typer.Option(None, "--link", help="Catalog link for the KV transfer "
+    prefill_pool: int | None = typer.Option(None, "--prefill-pool", help="Prefill pool devices."),
+    decode_pool: int | None = typer.Option(None, "--decode-pool", help="Decode pool devices."),
+    prefill_tp: int | None = typer.Option(None, "--prefill-tp", help="TP of a prefill instance."),
+    decode_tp: int | None = typer.Option(None, "--decode-tp", help="TP of a decode instance."),
+    link: str | None = typer.Option(None, "--link", help="Catalog link for the KV transfer "
                                        "(`phasewise catalog links`)."),
-    link_bandwidth: Optional[str] = typer.Option(None, "--link-bandwidth",
+    link_bandwidth: str | None = typer.Option(None, "--link-bandwidth",
                                                  help="KV-transfer link, GB/s per direction."),
-    link_latency: Optional[str] = typer.Option(None, "--link-latency",
+    link_latency: str | None = typer.Option(None, "--link-latency",
                                                help="KV-transfer link latency, µs."),
-    mix: Optional[str] = typer.Option(None, "--mix", help="Request mix for disaggregated pools: "
+    mix: str | None = typer.Option(None, "--mix", help="Request mix for disaggregated pools: "
                                       "ISL:OSL:SHARE per class, comma-separated."),
     json_schema: bool = typer.Option(False, "--json-schema", help="Print the JSON Schema of one "
                                      "estimate's --format json document and exit (a sweep lists "
@@ -133,7 +147,7 @@ def estimate(
 
 
 def _sweep_document(docs: list[dict]) -> dict:
-    from phasewise.version import __version__
     from phasewise.estimate import SCHEMA_VERSION
+    from phasewise.version import __version__
 
     return {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "estimates": docs}

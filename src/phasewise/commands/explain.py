@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
-from phasewise.commands._app import (MAX_DEVICES, act_dtype_option, app, batch_size_option,
-                                     calibration_option,
-                                     check_format, console, echo, engine_option, ep_option, ints,
-                                     isl_option, kv_dtype_option, kv_keep_option, osl_option,
-                                     pp_option, weight_dtype_option)
+from phasewise.commands._app import (
+    MAX_DEVICES,
+    act_dtype_option,
+    app,
+    batch_size_option,
+    calibration_option,
+    check_format,
+    console,
+    echo,
+    engine_option,
+    ep_option,
+    ints,
+    isl_option,
+    kv_dtype_option,
+    kv_keep_option,
+    osl_option,
+    pp_option,
+    weight_dtype_option,
+)
 from phasewise.commands._whatif import fraction, one
 from phasewise.commands.estimate import DEFAULT_HARDWARE, DEFAULT_MODEL
 
@@ -28,31 +41,36 @@ def explain(
     weight_dtype: str = weight_dtype_option(),
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
-    kv_keep: Optional[str] = kv_keep_option(),
+    kv_keep: str | None = kv_keep_option(),
     tp: str = typer.Option("1", "--tp", help="Tensor-parallel degree."),
     pp: int = pp_option(),
     ep: int = ep_option(),
-    cost: Optional[str] = typer.Option(None, "--cost", help="Cost model for the expected times."),
-    engine: Optional[str] = engine_option(),
-    calibration: Optional[str] = calibration_option(),
+    cost: str | None = typer.Option(None, "--cost", help="Cost model for the expected times."),
+    engine: str | None = engine_option(),
+    calibration: str | None = calibration_option(),
     batch_sweep: bool = typer.Option(False, "--batch-sweep",
                                      help="Add a batch sweep: decode intensity against the ridge, "
                                           "tokens/s per device and per user, memory cap."),
-    batches: Optional[str] = typer.Option(None, "--batches",
+    batches: str | None = typer.Option(None, "--batches",
                                           help="Batch sizes for the sweep (default: doubling "
                                                "past the memory cap)."),
-    plot: Optional[str] = typer.Option(None, "--plot",
+    plot: str | None = typer.Option(None, "--plot",
                                        help="Write the sweep as PATH.png and PATH.html."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
 ) -> None:
     """Explain prefill and decode for one configuration: what each phase does, what bounds it,
     what it costs here, and where that changes."""
     from phasewise.cost.registry import DEFAULT_COST_MODEL
-    from phasewise.estimate.pricing import CostChoice
     from phasewise.estimate.explain import explain as run_explain
+    from phasewise.estimate.pricing import CostChoice
     from phasewise.estimate.sweep import batch_sweep as run_sweep
-    from phasewise.report.explain_view import (explain_rows, explain_table, sweep_plot,
-                                               sweep_rows, sweep_table)
+    from phasewise.report.explain_view import (
+        explain_rows,
+        explain_table,
+        sweep_plot,
+        sweep_rows,
+        sweep_table,
+    )
     from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
     from phasewise.specs import Parallelism, Precision, Workload
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -23,10 +23,10 @@ PROGRESS_MIN_TASKS = 2
 def plan(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Catalog name, config.json "
                               "path or cached HF repo id; a comma list plans each."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", "-H", help="Candidate devices, "
+    hardware: str | None = typer.Option(None, "--hardware", "-H", help="Candidate devices, "
                                            "comma-separated (default: every catalog device "
                                            "with a price)."),
-    price: Optional[str] = typer.Option(None, "--price", help="US$ per device-hour: one number "
+    price: str | None = typer.Option(None, "--price", help="US$ per device-hour: one number "
                                         "for every device, or DEVICE=PRICE pairs."),
     price_basis: str = typer.Option("on-demand", "--price-basis", help="Default devices: those "
                                     "priced on-demand (cloud rent), by purchase (amortised), "
@@ -34,29 +34,29 @@ def plan(
     isl: str = typer.Option("1024", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
                             "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
     osl: str = typer.Option("256", "--osl", help="Output tokens, as --isl."),
-    mix: Optional[str] = typer.Option(None, "--mix", help="Request classes ISL:OSL:SHARE, e.g. "
+    mix: str | None = typer.Option(None, "--mix", help="Request classes ISL:OSL:SHARE, e.g. "
                                       "8192:256:0.5,1024:1024:0.5."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="CSV/JSONL trace(s) to plan for "
+    trace: str | None = typer.Option(None, "--trace", help="CSV/JSONL trace(s) to plan for "
                                         "(arrival_s, input_tokens, output_tokens); a comma "
                                         "list plans each."),
-    rate: Optional[float] = typer.Option(None, "--rate", help="Load: requests per second "
+    rate: float | None = typer.Option(None, "--rate", help="Load: requests per second "
                                          "(Poisson)."),
-    users: Optional[int] = typer.Option(None, "--users", help="Load: concurrent users (closed "
+    users: int | None = typer.Option(None, "--users", help="Load: concurrent users (closed "
                                         "loop)."),
-    token_rate: Optional[float] = typer.Option(None, "--token-rate", help="Load: output tokens "
+    token_rate: float | None = typer.Option(None, "--token-rate", help="Load: output tokens "
                                                "per second."),
-    ttft: Optional[str] = typer.Option(None, "--ttft", help="TTFT SLO: 500ms, 2s, or 2s@p99."),
-    tpot: Optional[str] = typer.Option(None, "--tpot", help="TPOT SLO, as --ttft."),
-    itl: Optional[str] = typer.Option(None, "--itl", help="Inter-token latency SLO, as --ttft."),
-    e2e: Optional[str] = typer.Option(None, "--e2e", help="End-to-end latency SLO, as --ttft."),
+    ttft: str | None = typer.Option(None, "--ttft", help="TTFT SLO: 500ms, 2s, or 2s@p99."),
+    tpot: str | None = typer.Option(None, "--tpot", help="TPOT SLO, as --ttft."),
+    itl: str | None = typer.Option(None, "--itl", help="Inter-token latency SLO, as --ttft."),
+    e2e: str | None = typer.Option(None, "--e2e", help="End-to-end latency SLO, as --ttft."),
     slo_percentile: float = typer.Option(90.0, "--slo-percentile",
                                          help="Percentile of an SLO that names none."),
     tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel degrees searched."),
     pp: str = typer.Option("1,2", "--pp", help="Pipeline degrees searched (above 1 only where "
                            "nothing else fits)."),
-    ep: Optional[str] = typer.Option(None, "--ep", help="Expert-parallel degrees (default: 1, "
+    ep: str | None = typer.Option(None, "--ep", help="Expert-parallel degrees (default: 1, "
                                      "and 2, 4, 8 for MoE models; EP above TP is attention DP)."),
-    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="Weight formats "
+    weight_dtype: str | None = typer.Option(None, "--weight-dtype", help="Weight formats "
                                                "searched (default: the checkpoint's, and fp8 "
                                                "where the device has fp8 math)."),
     kv_dtype: str = typer.Option("bf16,fp8", "--kv-dtype", help="KV formats searched (fp8 where "
@@ -71,17 +71,17 @@ def plan(
                                      "device type (default: each pool its own)."),
     speculation: str = typer.Option("off,on", "--speculation", help="Speculative decoding "
                                     "searched: off, on or both."),
-    spec_tokens: Optional[int] = typer.Option(None, "--spec-tokens", help="Draft tokens a round "
+    spec_tokens: int | None = typer.Option(None, "--spec-tokens", help="Draft tokens a round "
                                               "(default: the model's MTP modules, else 3)."),
-    spec_accept: Optional[float] = typer.Option(None, "--spec-accept", help="Per-token "
+    spec_accept: float | None = typer.Option(None, "--spec-accept", help="Per-token "
                                                 "acceptance (default: 0.85 with MTP heads, "
                                                 "else 0.7)."),
-    draft: Optional[str] = typer.Option(None, "--draft", help="A draft model instead of the "
+    draft: str | None = typer.Option(None, "--draft", help="A draft model instead of the "
                                         "model's MTP head or a one-layer head."),
-    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="Budget: devices in all."),
-    max_usd_per_hour: Optional[float] = typer.Option(None, "--max-usd-per-hour",
+    max_gpus: int | None = typer.Option(None, "--max-gpus", help="Budget: devices in all."),
+    max_usd_per_hour: float | None = typer.Option(None, "--max-usd-per-hour",
                                                      help="Budget: US$ an hour in all."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="Engine profiles searched "
+    engine: str | None = typer.Option(None, "--engine", help="Engine profiles searched "
                                          "(comma list; default generic)."),
     cost: str = typer.Option("calibrated", "--cost", help="Cost model: calibrated or sol."),
     kv_link: str = typer.Option("infiniband-ndr-400", "--kv-link",
@@ -92,15 +92,15 @@ def plan(
     seed: int = typer.Option(0, "--seed", help="Seed of the verification runs' requests."),
     executor_name: str = typer.Option("local", "--executor", help="local (process pool), "
                                       "serial or ray."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Local pool processes, or "
+    workers: int | None = typer.Option(None, "--workers", help="Local pool processes, or "
                                           "CPUs of a local Ray instance."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address "
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster address "
                                               "(default: start a local instance)."),
     top: int = typer.Option(15, "--top", help="Rows of the table."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto plots (PNG and "
+    plot: str | None = typer.Option(None, "--plot", help="Write the Pareto plots (PNG and "
                                        "HTML) into this folder."),
-    trace_out: Optional[str] = typer.Option(None, "--trace-out", help="With --mix: write the "
+    trace_out: str | None = typer.Option(None, "--trace-out", help="With --mix: write the "
                                             "verification requests here, the trace the "
                                             "printed commands replay."),
     progress: bool = typer.Option(True, "--progress/--no-progress",
@@ -109,7 +109,7 @@ def plan(
     """Search devices, parallelism, formats, batch limits, pool layouts and speculation for
     the cheapest deployment meeting the SLOs: every candidate screened analytically, the
     best simulated at the target load."""
-    from phasewise.plan import Study, plan as run_plan
+    from phasewise.plan import plan as run_plan
     from phasewise.plan.executors import executor as make_executor
 
     check_format(fmt)

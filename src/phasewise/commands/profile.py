@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -18,17 +18,17 @@ PROFILE_FORMATS = ("table", "json", "csv", "md")
 
 @app.command()
 def profile(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog name, config.json "
+    model: str | None = typer.Option(None, "--model", "-m", help="Catalog name, config.json "
                                         f"or its folder (default {DEFAULT_MODEL}, or read from "
                                         "--weights)."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="Real weights: a .gguf file or "
+    weights: str | None = typer.Option(None, "--weights", help="Real weights: a .gguf file or "
                                           "a folder of .safetensors in Hugging Face layout "
                                           "(default: random weights; speed does not depend on "
                                           "them)."),
     micro: bool = typer.Option(False, "--micro", help="Only the microbenchmarks: GEMM ceiling per "
                                "format, copy and read bandwidth."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default fp32 "
+    dtype: str | None = typer.Option(None, "--dtype", help="fp32, bf16 or fp16 (default fp32 "
                                         "on CPU, bf16 on CUDA)."),
     prompt_lengths: str = typer.Option("128,512,2048", "--prompt-lengths", "--isl",
                                        help="Prefill points: prompt tokens (comma list)."),
@@ -39,24 +39,24 @@ def profile(
     repeats: int = typer.Option(5, "--repeats", help="Timed repeats per point (the median is "
                                 "kept)."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed runs before the repeats."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch "
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch "
                                           "(default: torch's, which follows OMP_NUM_THREADS)."),
-    ceilings_file: Optional[str] = typer.Option(None, "--ceilings", help="Reuse the ceilings of "
+    ceilings_file: str | None = typer.Option(None, "--ceilings", help="Reuse the ceilings of "
                                                 "an earlier run (its JSON) instead of measuring."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", callback=calibration_file,
+    calibration: str | None = typer.Option(None, "--calibration", callback=calibration_file,
                                               help="A calibration "
                                               "profile (TOML): show the calibrated model's "
                                               "expected time too."),
-    gemm_size: Optional[int] = typer.Option(None, "--gemm-size", help="Side of the square GEMMs "
+    gemm_size: int | None = typer.Option(None, "--gemm-size", help="Side of the square GEMMs "
                                             "(default 2048 on CPU, 8192 on CUDA)."),
-    buffer_mib: Optional[int] = typer.Option(None, "--buffer-mib", help="Bandwidth buffer, MiB "
+    buffer_mib: int | None = typer.Option(None, "--buffer-mib", help="Bandwidth buffer, MiB "
                                              "(default 256 on CPU, 2048 on CUDA)."),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="Replay decode as a CUDA graph (CUDA only)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random weights and tokens."),
-    out: Optional[str] = typer.Option(None, "--out", "-o", help="Write the JSON document here, "
+    out: str | None = typer.Option(None, "--out", "-o", help="Write the JSON document here, "
                                       "whole, after every point (an interrupted run keeps them)."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Roofline figure: writes STEM.png "
+    plot: str | None = typer.Option(None, "--plot", help="Roofline figure: writes STEM.png "
                                        "and STEM.html."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
 ) -> None:
@@ -142,10 +142,10 @@ def _plan(prompt_lengths: str, batch_size: str, context: str, warmup: int, repea
 
 
 def _micro(device: str, measure: dict, out: str | None, fmt: str) -> None:
-    from phasewise.measure.micro import measure_ceilings
-    from phasewise.report.profile_view import ceilings_rows, ceilings_table
-    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
     from phasewise.files import write_atomic
+    from phasewise.measure.micro import measure_ceilings
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.report.profile_view import ceilings_rows, ceilings_table
 
     _status(f"measuring the ceilings of {device}…")
     ceilings = measure_ceilings(device, **measure)
@@ -165,12 +165,12 @@ def _profile_model(device: str, dtype: str, model_ref: str | None, weights: str 
                    ceilings_file: str | None, calibration: str | None, measure: dict,
                    out: str | None, plot: str | None, fmt: str, cuda_graphs: bool, seed: int,
                    plan: Any) -> None:
-    from phasewise.version import __version__
     from phasewise.measure.calibrate import spec_to_document
     from phasewise.measure.loading import resolve_spec
     from phasewise.measure.micro import measure_ceilings
     from phasewise.measure.profile import check_fits, prepare_model
     from phasewise.measure.types import Profile
+    from phasewise.version import __version__
 
     spec = resolve_spec(model_ref or (None if weights else DEFAULT_MODEL), weights)
     check_fits(spec, plan, dtype, device)  # before anything is allocated
@@ -198,9 +198,9 @@ def _measure_all(reference: Any, spec: Any, ceilings: Any, plan: Any, document: 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from phasewise.files import write_atomic
     from phasewise.measure.profile import profile_points
     from phasewise.report.output import to_json
-    from phasewise.files import write_atomic
 
     points = []
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(
@@ -221,8 +221,13 @@ def _measure_all(reference: Any, spec: Any, ceilings: Any, plan: Any, document: 
 
 
 def _render(document: Any, fmt: str, plot: str | None) -> None:
-    from phasewise.report.profile_view import ceilings_table, point_row, points_table, roofline_figure
     from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
+    from phasewise.report.profile_view import (
+        ceilings_table,
+        point_row,
+        points_table,
+        roofline_figure,
+    )
 
     if plot:
         png, html = roofline_figure(document, plot)
@@ -241,7 +246,6 @@ def _read_ceilings(path: str) -> Any:
     from pydantic import ValidationError
 
     from phasewise.files import read_json
-
     from phasewise.measure.types import Ceilings
 
     data = read_json(path, what="ceilings document")

@@ -5,14 +5,28 @@ from __future__ import annotations
 import itertools
 import re
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
-from phasewise.commands._app import (MAX_COUNT, MAX_DEVICES, act_dtype_option, app,
-                                     calibration_option, check_format, checked, console, echo,
-                                     engine_option, given, ints, kv_dtype_option, numbers,
-                                     refuse_unused, split_list, weight_dtype_option)
+from phasewise.commands._app import (
+    MAX_COUNT,
+    MAX_DEVICES,
+    act_dtype_option,
+    app,
+    calibration_option,
+    check_format,
+    checked,
+    console,
+    echo,
+    given,
+    ints,
+    kv_dtype_option,
+    numbers,
+    refuse_unused,
+    split_list,
+    weight_dtype_option,
+)
 from phasewise.commands._whatif import MAX_SPEC_TOKENS
 from phasewise.errors import InputError
 
@@ -65,7 +79,7 @@ def simulate(
                                  "TOML sheet (the prefill pool's when disaggregated)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree inside a replica."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree inside a replica."),
-    ep: Optional[int] = typer.Option(None, "--ep", help="Expert-parallel degree inside a "
+    ep: int | None = typer.Option(None, "--ep", help="Expert-parallel degree inside a "
                                      "replica (MoE); above --tp, attention runs data-parallel "
                                      "over ep / tp groups (DP attention + EP)."),
     attention_dp: int = typer.Option(1, "--attention-dp", help="Attention data-parallel ranks "
@@ -75,70 +89,70 @@ def simulate(
     weight_dtype: str = weight_dtype_option(),
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
-    cost: Optional[str] = typer.Option(None, "--cost", help="Cost model pricing each step."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="Serving engine preset: vllm, "
+    cost: str | None = typer.Option(None, "--cost", help="Cost model pricing each step."),
+    engine: str | None = typer.Option(None, "--engine", help="Serving engine preset: vllm, "
                                          "sglang, trtllm or llama.cpp, a version after '@' "
                                          "(vllm@0.19): its scheduler, budget, sequences, CUDA "
                                          "graphs, memory share, overlap and fitted host time; "
                                          "other names pick only the cost model's engine."),
-    calibration: Optional[str] = calibration_option(),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="static, continuous, "
+    calibration: str | None = calibration_option(),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="static, continuous, "
                                             "chunked, prefill-first, mixed or disaggregated "
                                             "(default: the engine's, else continuous); a comma "
                                             "list sweeps."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Sequences in "
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Sequences in "
                                                "flight per replica (default: the engine's, "
                                                "else 256)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(
+    max_num_batched_tokens: int | None = typer.Option(
         None, "--max-num-batched-tokens", help="Tokens computed per step (default: the "
         "engine's, else 8192; whole-prompt schedulers: at least the longest request)."),
-    cuda_graph_sizes: Optional[str] = typer.Option(None, "--cuda-graph-sizes", help="Captured "
+    cuda_graph_sizes: str | None = typer.Option(None, "--cuda-graph-sizes", help="Captured "
                                                    "decode batch sizes a batch is padded to "
                                                    "(comma list, or none)."),
-    memory_fraction: Optional[float] = typer.Option(None, "--gpu-memory-utilization",
+    memory_fraction: float | None = typer.Option(None, "--gpu-memory-utilization",
                                                     help="Share of device memory for weights "
                                                     "and KV cache (vLLM's flag)."),
-    host_overhead: Optional[str] = typer.Option(None, "--host-overhead", help="Engine host "
+    host_overhead: str | None = typer.Option(None, "--host-overhead", help="Engine host "
                                                 "time per step, BASE[,PER_SEQ] (e.g. 4ms,"
                                                 "0.02ms); default: the engine's fit."),
-    overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap", help="Host work "
+    overlap: bool | None = typer.Option(None, "--overlap/--no-overlap", help="Host work "
                                            "overlaps the device's (SGLang, TensorRT-LLM)."),
-    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching",
+    prefix_caching: bool | None = typer.Option(None, "--prefix-caching/--no-prefix-caching",
                                                   help="Reuse cached prompt prefixes."),
     block_size: int = typer.Option(16, "--block-size", help="KV-cache page size in tokens."),
     load_balancer: str = typer.Option("least-outstanding", "--load-balancer",
                                       help="round-robin or least-outstanding."),
-    prefill_replicas: Optional[int] = typer.Option(None, "--prefill-replicas",
+    prefill_replicas: int | None = typer.Option(None, "--prefill-replicas",
                                                    help="Disaggregated: prefill instances."),
-    decode_replicas: Optional[int] = typer.Option(None, "--decode-replicas",
+    decode_replicas: int | None = typer.Option(None, "--decode-replicas",
                                                   help="Disaggregated: decode instances."),
-    decode_hardware: Optional[str] = typer.Option(None, "--decode-hardware",
+    decode_hardware: str | None = typer.Option(None, "--decode-hardware",
                                                   help="Disaggregated: the decode pool's device."),
-    prefill_tp: Optional[int] = typer.Option(None, "--prefill-tp", help="Disaggregated: TP of "
+    prefill_tp: int | None = typer.Option(None, "--prefill-tp", help="Disaggregated: TP of "
                                              "a prefill instance (default --tp)."),
-    decode_tp: Optional[int] = typer.Option(None, "--decode-tp", help="Disaggregated: TP of a "
+    decode_tp: int | None = typer.Option(None, "--decode-tp", help="Disaggregated: TP of a "
                                             "decode instance (default --tp)."),
-    prefill_ep: Optional[int] = typer.Option(None, "--prefill-ep", help="Disaggregated: EP of "
+    prefill_ep: int | None = typer.Option(None, "--prefill-ep", help="Disaggregated: EP of "
                                              "a prefill instance (default --ep)."),
-    decode_ep: Optional[int] = typer.Option(None, "--decode-ep", help="Disaggregated: EP of a "
+    decode_ep: int | None = typer.Option(None, "--decode-ep", help="Disaggregated: EP of a "
                                             "decode instance (default --ep; above its TP: DP "
                                             "attention)."),
     kv_link: str = typer.Option("infiniband-ndr-400", "--kv-link",
                                 help="Link KV moves over, prefill to decode (catalog links)."),
-    draft: Optional[str] = typer.Option(None, "--draft", help="Speculative decoding with this "
+    draft: str | None = typer.Option(None, "--draft", help="Speculative decoding with this "
                                         "draft model (catalog name or config)."),
-    draft_head: Optional[float] = typer.Option(None, "--draft-head", help="Speculative "
+    draft_head: float | None = typer.Option(None, "--draft-head", help="Speculative "
                                                "decoding with a head costing this fraction of "
                                                "the target's layers (EAGLE/MTP style)."),
     spec_tokens: int = typer.Option(4, "--spec-tokens", help="Draft tokens per round (γ)."),
     spec_accept: float = typer.Option(0.7, "--spec-accept",
                                       help="Per-token acceptance of the draft (α)."),
     num_requests: int = typer.Option(1000, "--num-requests", "-n", help="Requests to send."),
-    request_rate: Optional[str] = typer.Option(None, "--rate", help="Open loop: requests per "
+    request_rate: str | None = typer.Option(None, "--rate", help="Open loop: requests per "
                                                "second; a comma list sweeps."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson, gamma or constant."),
     cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),
-    clients: Optional[str] = typer.Option(None, "--clients", help="Closed loop: concurrent "
+    clients: str | None = typer.Option(None, "--clients", help="Closed loop: concurrent "
                                           "clients; a comma list sweeps."),
     think_time: str = typer.Option("0", "--think-time", help="Closed loop: pause between a "
                                    "client's answer and its next request (e.g. 500ms)."),
@@ -156,14 +170,14 @@ def simulate(
     isl: str = typer.Option("1024", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
                             "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
     osl: str = typer.Option("256", "--osl", help="Output tokens, as --isl."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="Replay a CSV/JSONL trace "
+    trace: str | None = typer.Option(None, "--trace", help="Replay a CSV/JSONL trace "
                                         "(arrival_s, input_tokens, output_tokens)."),
     prefix_hit_rate: float = typer.Option(0.0, "--prefix-hit-rate", help="Share of each prompt "
                                           "the prefix cache already holds."),
     seed: int = typer.Option(0, "--seed", help="Seed of the request stream."),
-    ttft: Optional[str] = typer.Option(None, "--ttft", help="TTFT SLO (200ms, 1.5s; a bare "
+    ttft: str | None = typer.Option(None, "--ttft", help="TTFT SLO (200ms, 1.5s; a bare "
                                        "number is milliseconds)."),
-    tpot: Optional[str] = typer.Option(None, "--tpot", help="TPOT SLO, as --ttft."),
+    tpot: str | None = typer.Option(None, "--tpot", help="TPOT SLO, as --ttft."),
     slo_percentile: float = typer.Option(90.0, "--slo-percentile",
                                          help="Share of requests (%) that must meet the SLOs."),
     bucket_tokens: int = typer.Option(16, "--bucket-tokens", help="Contexts are rounded to this "
@@ -171,11 +185,11 @@ def simulate(
     memory_budget: float = typer.Option(4.0, "--memory-budget", help="GiB of simulator state "
                                         "a run may hold."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md."),
-    requests_out: Optional[str] = typer.Option(None, "--requests-out",
+    requests_out: str | None = typer.Option(None, "--requests-out",
                                                help="Write one JSON line per request."),
-    trace_out: Optional[str] = typer.Option(None, "--trace-out",
+    trace_out: str | None = typer.Option(None, "--trace-out",
                                             help="Write a Chrome/Perfetto trace of the steps."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Write PNG and HTML plots here."),
+    plot: str | None = typer.Option(None, "--plot", help="Write PNG and HTML plots here."),
     progress: bool = typer.Option(True, "--progress/--no-progress",
                                   help="A progress bar on long runs (terminal only)."),
 ) -> None:
@@ -451,8 +465,8 @@ def _run(server: Any, requests: Any, closed: Any, workload: dict, slo: Any, buck
 
 def _render(results: list[tuple], fmt: str, slo: Any, requests_out: str | None,
             trace_out: str | None, plot: str | None, detail: bool = False) -> None:
-    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
     from phasewise.files import write_atomic
+    from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
     from phasewise.report.serving_view import summary_table, sweep_row, sweep_table
 
     summaries = [s for _, _, s in results]
@@ -525,8 +539,8 @@ def _load_label(s: Any) -> str:
 
 
 def _sweep_document(docs: list[dict], summaries: list[Any], slo: Any) -> dict:
-    from phasewise.version import __version__
     from phasewise.serving.types import SCHEMA_VERSION
+    from phasewise.version import __version__
 
     document = {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "runs": docs}
     if slo is not None:

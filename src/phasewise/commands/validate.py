@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 import typer
 
@@ -14,9 +14,9 @@ from phasewise.commands._app import app, calibration_file, check_format, console
 
 @app.command()
 def validate(
-    measurements: Optional[list[Path]] = typer.Option(
+    measurements: list[Path] | None = typer.Option(
         None, "--measurements", help="Measurements CSV (repeatable); default: the bundled ones."),
-    holdout_source: Optional[str] = typer.Option(
+    holdout_source: str | None = typer.Option(
         None, "--holdout-source", help="Refit without this source and score its rows only."),
     leave_one_source_out: bool = typer.Option(
         False, "--leave-one-source-out",
@@ -24,15 +24,15 @@ def validate(
              "source): the honest figure."),
     refit: bool = typer.Option(False, "--refit",
                                help="Score a fit to these same rows (in-sample)."),
-    calibration: Optional[str] = typer.Option(
+    calibration: str | None = typer.Option(
         None, "--calibration", callback=calibration_file,
         help="Score this calibration profile instead of the bundled one."),
-    write_calibration: Optional[Path] = typer.Option(
+    write_calibration: Path | None = typer.Option(
         None, "--write-calibration", help="Fit every row and write the profile (TOML) here."),
     rows: bool = typer.Option(False, "--rows", help="Print every row, not the summary."),
-    plot: Optional[Path] = typer.Option(
+    plot: Path | None = typer.Option(
         None, "--plot", help="Write the predicted-vs-measured scatter (PNG and HTML) to DIR."),
-    why: Optional[list[str]] = typer.Option(
+    why: list[str] | None = typer.Option(
         None, "--why",
         help="Explain this row (record id, repeatable): its scenario, the estimate command "
              "that reproduces it, its time by cause and each constant with the profile level "
@@ -43,7 +43,7 @@ def validate(
                                  "concurrency, a request rate, MLPerf Offline/Server, max "
                                  "throughput) through the simulator and score what they "
                                  "measured (mean TTFT, TPOT, throughput)."),
-    serving_file: Optional[Path] = typer.Option(
+    serving_file: Path | None = typer.Option(
         None, "--serving-file", help="Serving runs in the serving_hopper.csv layout "
                                      "(default: the bundled file)."),
 ) -> None:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phasewise.cost.base import (StepTiming, Timing, hardware_for_collective, link_for,
-                                 math_format_for, sum_timings)
+from phasewise.cost.base import (
+    StepTiming,
+    Timing,
+    hardware_for_collective,
+    link_for,
+    math_format_for,
+    sum_timings,
+)
 from phasewise.ledger import Ledger, Op
 from phasewise.specs import HardwareSpec
 

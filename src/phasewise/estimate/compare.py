@@ -7,9 +7,8 @@ make that visible.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from phasewise.version import __version__
 from phasewise.catalog import hardware_names, load_hardware
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError
@@ -19,6 +18,7 @@ from phasewise.estimate.pricing import Cost, cost_for, cost_name, resolve
 from phasewise.estimate.types import Estimate
 from phasewise.estimate.whatif_types import Comparison, DeviceResult
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+from phasewise.version import __version__
 
 REQUESTS_PER_THOUSAND = 1000.0
 

@@ -4,20 +4,36 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from phasewise.version import __version__
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost import CostModel, SpeedOfLight, StepTiming, math_format_for
 from phasewise.cost.calibrated import engine_steps, merge_step_timings
 from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
-from phasewise.estimate.cost_energy import cost_energy
-from phasewise.estimate.types import (ConstantRow, Estimate, HardwareSummary, Inputs,
-                                      KernelRow, MemoryReport, ModelSummary, OpRow, PhaseReport)
-from phasewise.ledger import (Ledger, Step, activation_bytes_per_device, build_ledger,
-                              kv_cache_bytes_per_device, param_counts, weight_bytes_per_device)
 from phasewise.errors import InputError
+from phasewise.estimate.cost_energy import cost_energy
+from phasewise.estimate.types import (
+    ConstantRow,
+    Estimate,
+    HardwareSummary,
+    Inputs,
+    KernelRow,
+    MemoryReport,
+    ModelSummary,
+    OpRow,
+    PhaseReport,
+)
+from phasewise.ledger import (
+    Ledger,
+    Step,
+    activation_bytes_per_device,
+    build_ledger,
+    kv_cache_bytes_per_device,
+    param_counts,
+    weight_bytes_per_device,
+)
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
-from phasewise.specs.precision import MODULE_CLASSES
 from phasewise.specs.compute import precision_on
+from phasewise.specs.precision import MODULE_CLASSES
+from phasewise.version import __version__
 
 # Engine passes (micro-batches of one prompt) one estimate prices; each is priced on its
 # own, so past this the count and not the model would set the run time.
@@ -181,7 +197,7 @@ def _phase_report(phase: str, label: str, tokens: int, priced: list[_Priced],
     weights = (1 / 6, 4 / 6, 1 / 6) if simpson else (1.0,)
 
     def mean(get) -> float:  # noqa: ANN001 - a small accessor
-        return sum(w * get(p) for w, p in zip(weights, priced))
+        return sum(w * get(p) for w, p in zip(weights, priced, strict=False))
 
     time_s = mean(lambda p: p.expected.total.time_s)
     flops = mean(lambda p: p.ledger.flops)
@@ -272,7 +288,7 @@ def _warnings(model: ModelSpec, workload: Workload, memory: MemoryReport,
 def _op_rows(prefill: _Priced, decode: _Priced) -> list[OpRow]:
     rows = []
     for phase, priced in (("prefill", prefill), ("decode", decode)):
-        for (op, expected), (_, floor) in zip(priced.expected.ops, priced.floor.ops):
+        for (op, expected), (_, floor) in zip(priced.expected.ops, priced.floor.ops, strict=False):
             rows.append(OpRow(phase=phase, name=op.name, kind=op.kind, layers=op.layers,
                               flops=op.flops, bytes=op.bytes_by_class,
                               arithmetic_intensity=op.arithmetic_intensity, bound=expected.bound,

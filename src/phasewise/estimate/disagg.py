@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from phasewise.version import __version__
 from phasewise.catalog import load_link
 from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
@@ -25,10 +24,10 @@ from phasewise.errors import InputError
 from phasewise.estimate.core import PREFILL_CHUNK_TOKENS, estimate
 from phasewise.estimate.cost_energy import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 from phasewise.estimate.pricing import Cost, decode_average, resolve, step_seconds
-from phasewise.estimate.whatif_types import (ColocatedResult, DisaggReport, PoolResult,
-                                              RequestClass)
+from phasewise.estimate.whatif_types import ColocatedResult, DisaggReport, PoolResult, RequestClass
 from phasewise.ledger import Step, kv_cache_bytes_per_device
 from phasewise.specs import HardwareSpec, Link, ModelSpec, Parallelism, Precision, Workload
+from phasewise.version import __version__
 
 # The usual scale-out NIC of an H100/H200 node: one 400 Gb/s InfiniBand NDR port per GPU.
 DEFAULT_LINK = "infiniband-ndr-400"

@@ -8,9 +8,8 @@ weight GEMMs (linear in it).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from phasewise.version import __version__
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.estimate.core import estimate
 from phasewise.estimate.pricing import Cost, average_decode_context, resolve
@@ -19,6 +18,7 @@ from phasewise.estimate.whatif_types import Explanation, PhaseExplanation
 from phasewise.ledger import Step, build_ledger
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
 from phasewise.specs.compute import precision_on
+from phasewise.version import __version__
 
 # Search bounds: 2^24 sequences or prompt tokens is past any real batch or context window,
 # so a turning point beyond it is reported as "never".

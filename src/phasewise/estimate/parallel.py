@@ -9,7 +9,6 @@ bytes saved: that is where TP stops paying.
 
 from __future__ import annotations
 
-from phasewise.version import __version__
 from phasewise.cost import link_for
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError
@@ -18,6 +17,7 @@ from phasewise.estimate.pricing import Cost, resolve
 from phasewise.estimate.types import Estimate, PhaseReport
 from phasewise.estimate.whatif_types import ParallelPoint, ParallelScaling
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+from phasewise.version import __version__
 
 DEFAULT_TP_DEGREES = (1, 2, 4, 8)
 
@@ -67,7 +67,7 @@ def tp_scaling(model: ModelSpec | str, hardware: HardwareSpec | str,
 
 def stops_paying_at(points: list[ParallelPoint]) -> int | None:
     """The first TP degree whose TPOT is no better than the degree before it."""
-    for before, after in zip(points, points[1:]):
+    for before, after in zip(points, points[1:], strict=False):
         if after.tpot_s >= before.tpot_s:
             return after.tp
     return None

@@ -3,8 +3,8 @@ plain estimate does not take (speculative verify, draft steps, a batch at a set 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost import CostModel, StepTiming
@@ -80,7 +80,7 @@ def decode_contexts(workload: Workload) -> tuple[int, int, int]:
 
 def decode_average(per_context: Callable[[int], float], workload: Workload) -> float:
     """Simpson's-rule mean of ``per_context(cached_tokens)`` over the decode steps."""
-    return sum(w * per_context(c) for w, c in zip(SIMPSON_WEIGHTS, decode_contexts(workload)))
+    return sum(w * per_context(c) for w, c in zip(SIMPSON_WEIGHTS, decode_contexts(workload), strict=False))
 
 
 def average_decode_context(workload: Workload) -> int:

@@ -19,18 +19,29 @@ from __future__ import annotations
 
 import dataclasses
 
-from phasewise.version import __version__
 from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError
 from phasewise.estimate.core import PREFILL_CHUNK_TOKENS, reserve_bytes
-from phasewise.estimate.pricing import (Cost, average_decode_context, decode_average, price_step,
-                                        resolve, step_seconds)
+from phasewise.estimate.pricing import (
+    Cost,
+    average_decode_context,
+    decode_average,
+    price_step,
+    resolve,
+    step_seconds,
+)
 from phasewise.estimate.whatif_types import SpeculativePoint, SpeculativeReport
+from phasewise.ledger import (
+    Step,
+    activation_bytes_per_device,
+    kv_cache_bytes_per_device,
+    param_counts,
+    weight_bytes_per_device,
+)
 from phasewise.ledger.build import check_parallelism
-from phasewise.ledger import (Step, activation_bytes_per_device, kv_cache_bytes_per_device,
-                              param_counts, weight_bytes_per_device)
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+from phasewise.version import __version__
 
 # Batches the speed-up is shown at, besides the workload's own.
 DEFAULT_SPEC_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from phasewise.version import __version__
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.estimate.core import estimate
 from phasewise.estimate.explain import decode_compute_bound_batch
 from phasewise.estimate.pricing import Cost, average_decode_context, resolve
 from phasewise.estimate.whatif_types import BatchPoint, BatchSweep
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+from phasewise.version import __version__
 
 # The default sweep doubles from 1 until it has passed both the batch memory allows and
 # the compute-bound turn, or reaches this many sequences (far past any engine's default

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from phasewise.version import __version__
 from phasewise.catalog import load_hardware
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError, nearest_hint
@@ -17,6 +16,7 @@ from phasewise.estimate.pricing import Cost, cost_for, resolve
 from phasewise.estimate.types import Estimate
 from phasewise.estimate.whatif_types import VariantResult, WhatIf
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
+from phasewise.version import __version__
 
 # Variant keys, as the CLI flags name them, and the input each one sets.
 VARIANT_KEYS = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from phasewise.version import __version__
 from phasewise.estimate.types import SCHEMA_VERSION, Inputs
+from phasewise.version import __version__
 
 
 class _Frozen(BaseModel):

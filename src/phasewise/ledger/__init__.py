@@ -2,8 +2,11 @@
 
 from phasewise.ledger.attention import cached_keys_read, causal_pairs
 from phasewise.ledger.build import build_ledger, kv_bytes_per_token_layer
-from phasewise.ledger.memory import (activation_bytes_per_device, kv_cache_bytes_per_device,
-                                     weight_bytes_per_device)
+from phasewise.ledger.memory import (
+                                     activation_bytes_per_device,
+                                     kv_cache_bytes_per_device,
+                                     weight_bytes_per_device,
+)
 from phasewise.ledger.moe import expected_distinct_experts
 from phasewise.ledger.ops import BYTE_CLASSES, OP_KINDS, Ledger, Op
 from phasewise.ledger.params import ParamCounts, param_counts

@@ -14,16 +14,31 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from phasewise.errors import InputError
-from phasewise.ledger.attention import cached_keys_read, causal_pairs, chunked_keys_read, \
-    chunked_pairs
+from phasewise.ledger.attention import (
+    cached_keys_read,
+    causal_pairs,
+    chunked_keys_read,
+    chunked_pairs,
+)
 from phasewise.ledger.layers import kv_bytes_per_token, state_bytes_per_sequence
 from phasewise.ledger.moe import expected_distinct_experts
 from phasewise.ledger.ops import Ledger, Op
 from phasewise.ledger.step import Step
 from phasewise.specs import ModelSpec, Parallelism, Precision
-from phasewise.specs.model import (Attention, CrossAttention, DenseMLP, LatentAttention, Layer,
-                                   LayerGroup, LinearAttention, LinearMixer, LinearMLP, Mamba2,
-                                   MoE, ShortConv)
+from phasewise.specs.model import (
+    Attention,
+    CrossAttention,
+    DenseMLP,
+    LatentAttention,
+    Layer,
+    LayerGroup,
+    LinearAttention,
+    LinearMixer,
+    LinearMLP,
+    Mamba2,
+    MoE,
+    ShortConv,
+)
 
 # vLLM's and SGLang's MLA backends run the absorbed (latent-space) kernel for decode and
 # short speculative verify queries, and decompress K/V for longer prefill chunks.

@@ -10,9 +10,21 @@ from __future__ import annotations
 
 from functools import singledispatch
 
-from phasewise.specs.model import (MLP, Attention, CrossAttention, DenseMLP, LatentAttention, Layer,
-                                   LinearAttention, LinearMixer, LinearMLP, Mamba2, Mixer, MoE,
-                                   ShortConv)
+from phasewise.specs.model import (
+    MLP,
+    Attention,
+    CrossAttention,
+    DenseMLP,
+    LatentAttention,
+    Layer,
+    LinearAttention,
+    LinearMixer,
+    LinearMLP,
+    Mamba2,
+    Mixer,
+    MoE,
+    ShortConv,
+)
 
 # vLLM's DeepSeek-V3.2 indexer cache stores each token's index key in fp8 with one fp32
 # scale per 128 values (DeepseekV32IndexerCache: head_size = d + d // 128 * 4 bytes).

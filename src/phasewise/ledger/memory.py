@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from phasewise.ledger.layers import (held_tokens, kv_bytes_per_token, mixer_params,
-                                     routed_expert_params, state_bytes_per_sequence)
+from phasewise.ledger.layers import (
+    held_tokens,
+    kv_bytes_per_token,
+    mixer_params,
+    state_bytes_per_sequence,
+)
 from phasewise.ledger.params import param_counts
 from phasewise.specs import ModelSpec, Parallelism, Precision
 from phasewise.specs.model import Attention, DenseMLP, LatentAttention, MoE

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phasewise.ledger.layers import (kv_bytes_per_token, layer_norms, mixer_params, mlp_params,
-                                     routed_expert_params, state_bytes_per_sequence)
+from phasewise.ledger.layers import (
+    kv_bytes_per_token,
+    layer_norms,
+    mixer_params,
+    mlp_params,
+    routed_expert_params,
+    state_bytes_per_sequence,
+)
 from phasewise.specs import ModelSpec
 from phasewise.specs.model import Layer
 

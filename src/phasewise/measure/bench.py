@@ -23,15 +23,21 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from phasewise.errors import InputError
-from phasewise.measure.bench_metrics import (DEFAULT_PERCENTILES, BenchRun, RequestRecord, Slos,
-                                             summarize)
+from phasewise.measure.bench_metrics import (
+    DEFAULT_PERCENTILES,
+    BenchRun,
+    RequestRecord,
+    Slos,
+    summarize,
+)
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 # Common English words that BPE and SentencePiece vocabularies hold as one token each
@@ -169,7 +175,7 @@ def requests_for(load: Load, plan: Plan) -> list[Request]:
                                rate_per_s=rate)
             arrivals = stream.arrival_s - stream.arrival_s[0]
     return [Request(i, float(a), int(n_in), int(n_out)) for i, (a, n_in, n_out) in
-            enumerate(zip(arrivals, stream.input_tokens, stream.output_tokens))]
+            enumerate(zip(arrivals, stream.input_tokens, stream.output_tokens, strict=False))]
 
 
 def prompt_text(words: int, rng: np.random.Generator) -> str:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,8 +68,7 @@ def overhead_level(target: Target) -> tuple[str, float]:
     """The level key this constant is resolved from first for the device and engine, and
     its value now."""
     from phasewise.catalog import load_hardware
-    from phasewise.cost.calibration import (constants_for, level_keys, parameter_defs,
-                                            resolve_engine)
+    from phasewise.cost.calibration import constants_for, level_keys, parameter_defs, resolve_engine
 
     engine = resolve_engine(target.engine)
     if engine.fitted_name == "generic":
@@ -93,7 +93,7 @@ def fit_overhead(runs: Sequence[BenchRun], target: Target) -> OverheadFit:
     profile = base_profile(target)
     predicted = [predict(r, target).tpot.mean_s for r in usable]
     measured = [r.summary.tpot.mean_s for r in usable]
-    after = float(np.median([before + m - p for m, p in zip(measured, predicted)]))
+    after = float(np.median([before + m - p for m, p in zip(measured, predicted, strict=False)]))
     if not after > 0:
         raise InputError(f"the runs' TPOT is below what the kernels alone are priced at "
                          f"({min(measured) * 1e3:.3g} ms measured, {min(predicted) * 1e3:.3g} ms "
@@ -101,9 +101,9 @@ def fit_overhead(runs: Sequence[BenchRun], target: Target) -> OverheadFit:
                          "off; check --hardware and --engine.")
     fitted = _with_value(profile, level, after, usable)
     again = [predict(r, refit_target(target, fitted)).tpot.mean_s for r in usable]
-    logs = [math.log(p / m) for p, m in zip(again, measured)]
+    logs = [math.log(p / m) for p, m in zip(again, measured, strict=False)]
     rows = tuple({"measured_s": m, "predicted_before_s": p, "predicted_after_s": a}
-                 for m, p, a in zip(measured, predicted, again))
+                 for m, p, a in zip(measured, predicted, again, strict=False))
     return OverheadFit(level, before, after, rows,
                        float(np.sqrt(np.mean(np.square(logs)))), fitted)
 

@@ -23,8 +23,8 @@ text with a local tokenizer instead).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict

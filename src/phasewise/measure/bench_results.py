@@ -24,14 +24,22 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from phasewise.errors import InputError
-from phasewise.measure.bench_metrics import (BenchRun, BenchSummary, RequestRecord, Slos, Stats,
-                                             percentile_key, summarize)
+from phasewise.measure.bench_metrics import (
+    BenchRun,
+    BenchSummary,
+    RequestRecord,
+    Slos,
+    Stats,
+    percentile_key,
+    summarize,
+)
 
 DOCUMENT_KIND = "phasewise-bench"
 METRICS = ("ttft", "tpot", "itl", "e2el")

@@ -14,11 +14,12 @@ any model on this machine.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from phasewise.errors import InputError
-from phasewise.local import LOCAL_DEVICE_NAME
 from phasewise.ledger import Step, build_ledger
+from phasewise.local import LOCAL_DEVICE_NAME
 from phasewise.measure.micro import hardware_from_ceilings, measured_name
 from phasewise.measure.profile import precision_for
 from phasewise.measure.types import Ceilings, Profile

@@ -11,13 +11,19 @@ points already measured when a run is interrupted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from phasewise.cost import CostModel, SpeedOfLight
 from phasewise.errors import InputError
-from phasewise.ledger import (Step, activation_bytes_per_device, build_ledger,
-                              kv_cache_bytes_per_device, weight_bytes_per_device)
+from phasewise.ledger import (
+    Step,
+    activation_bytes_per_device,
+    build_ledger,
+    kv_cache_bytes_per_device,
+    weight_bytes_per_device,
+)
 from phasewise.measure.micro import available_memory_bytes, hardware_from_ceilings, torch_dtype
 from phasewise.measure.timing import Sample, time_call
 from phasewise.measure.types import Ceilings, ProfilePoint

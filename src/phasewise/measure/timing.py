@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 CLOCKS = ("cuda-events", "thread-cpu", "wall")
 

@@ -106,7 +106,7 @@ class BPETokenizer:
         parts = list(word)
         while len(parts) > 1:
             pairs = [(self.ranks.get(pair, len(self.ranks)), i)
-                     for i, pair in enumerate(zip(parts, parts[1:]))]
+                     for i, pair in enumerate(zip(parts, parts[1:], strict=False))]
             rank, i = min(pairs)
             if rank == len(self.ranks):
                 break

@@ -9,9 +9,10 @@ model order, so an error names the first tensor that disagrees.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from phasewise.errors import InputError
 from phasewise.specs import ModelSpec

@@ -10,7 +10,8 @@ once, which the search uses to size its tasks.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from phasewise.errors import InputError
 

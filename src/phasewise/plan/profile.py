@@ -64,7 +64,7 @@ class Profile:
 
 def interpolate(points: tuple[DecodePoint, ...], batch: float) -> float:
     b = max(1.0, batch)
-    for lo, hi in zip(points, points[1:]):
+    for lo, hi in zip(points, points[1:], strict=False):
         if b <= hi.batch:
             return lo.step_s + (hi.step_s - lo.step_s) * (b - lo.batch) / (hi.batch - lo.batch)
     last, before = points[-1], points[-2]
@@ -74,7 +74,7 @@ def interpolate(points: tuple[DecodePoint, ...], batch: float) -> float:
 def segments(points: tuple[DecodePoint, ...]) -> list[tuple[float, float, float, float]]:
     """(batch from, batch to, intercept, slope) of each linear piece; the last extends."""
     out = []
-    for lo, hi in zip(points, points[1:]):
+    for lo, hi in zip(points, points[1:], strict=False):
         slope = (hi.step_s - lo.step_s) / (hi.batch - lo.batch)
         out.append((lo.batch, hi.batch, lo.step_s - slope * lo.batch, slope))
     a, b, c, d = out[-1]

@@ -59,7 +59,7 @@ def pool_state(profile: Profile, classes, rate_per_replica: float, *, chunk: int
     prefill instance (``decode`` False) or a decode instance (``prefill`` False)."""
     lam = rate_per_replica
     packed = profile.packed_s[chunk] if prefill else ()
-    p_s = sum(c.share * s for c, s in zip(classes, packed)) if prefill else 0.0
+    p_s = sum(c.share * s for c, s in zip(classes, packed, strict=False)) if prefill else 0.0
     rho = lam * p_s
     if rho >= MAX_PREFILL_SHARE:
         return PoolState(False, f"prefill alone would take {100 * rho:.0f}% of a replica",
@@ -91,13 +91,13 @@ def pool_state(profile: Profile, classes, rate_per_replica: float, *, chunk: int
 
 def violation_share(values, shares, limit_s: float) -> float:  # noqa: ANN001
     """Share of requests whose predicted value exceeds the limit (classes by share)."""
-    return sum(s for v, s in zip(values, shares) if v > limit_s * (1 + 1e-9))
+    return sum(s for v, s in zip(values, shares, strict=False) if v > limit_s * (1 + 1e-9))
 
 
 def class_percentile(values, shares, percentile: float) -> float:  # noqa: ANN001
     """The smallest class value at or under which ``percentile`` % of requests fall."""
     total = 0.0
-    for value, share in sorted(zip(values, shares)):
+    for value, share in sorted(zip(values, shares, strict=False)):
         total += share
         if total * 100 >= percentile - 1e-9:
             return value

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from phasewise.version import __version__
 from phasewise.plan.profile import Profile
 from phasewise.plan.queueing import class_percentile
 from phasewise.plan.screen import Candidate, Layout
 from phasewise.plan.types import CandidateRow, Front, PlanReport, PoolRow, TargetResult
 from phasewise.plan.verify import Verification, simulate_command
+from phasewise.version import __version__
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_MILLION = 1e6
@@ -160,7 +160,7 @@ def _row(c: Candidate, v: Verification | None, prepared: Any,
         screen_reason=pred.reason, targets=targets, predicted_batch=pred.batch,
         predicted_prefill_share=pred.prefill_share, predicted_kv_use=min(pred.kv_use, 1e9),
         kv_transfer_s=(v.kv_transfer_mean_s if v and v.kv_transfer_mean_s is not None else
-                       (sum(s * t for s, t in zip(shares, pred.transfer_s)) if pred.transfer_s
+                       (sum(s * t for s, t in zip(shares, pred.transfer_s, strict=False)) if pred.transfer_s
                         else None)),
         verified=v is not None, meets_slos=v.met if v else None,
         goodput_rps=v.goodput_rps if v else None, attainment=v.attainment if v else None,

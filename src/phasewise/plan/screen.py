@@ -132,7 +132,7 @@ def idle_misses(profile: Profile, problem: Problem, chunk: int, speculating: boo
     step = dec.decode_s(1, speculating)
     ttft = [s + (transfer_s[i] if transfer_s else 0.0)
             for i, s in enumerate(profile.single_s[chunk])]
-    e2e = [t + max(c.osl - 1, 0) * step / per_round for t, c in zip(ttft, classes)]
+    e2e = [t + max(c.osl - 1, 0) * step / per_round for t, c in zip(ttft, classes, strict=False)]
     return _misses(problem.targets, classes, ttft, step / per_round, step, e2e)
 
 
@@ -162,7 +162,7 @@ def _prediction(state: PoolState, problem: Problem, rate: float,
     dec = decode or state
     ttft = tuple(t + (transfer_s[i] if transfer_s else 0.0) + (waits[i] if waits else 0.0)
                  for i, t in enumerate(state.ttft_s))
-    e2e = tuple(t + max(c.osl - 1, 0) * dec.tpot_s for t, c in zip(ttft, classes))
+    e2e = tuple(t + max(c.osl - 1, 0) * dec.tpot_s for t, c in zip(ttft, classes, strict=False))
     missed = _misses(problem.targets, classes, ttft, dec.tpot_s, dec.step_s, e2e)
     return Prediction("misses at load" if missed else "meets", "; ".join(missed), rate, ttft,
                       dec.tpot_s, dec.step_s, e2e, dec.batch, state.prefill_share, dec.kv_use,
@@ -178,7 +178,7 @@ def _closed_loop(profile: Profile, problem: Problem, replicas: int, max_seqs: in
     classes = problem.traffic.classes
     per_replica = problem.load.users / replicas
     in_flight = min(per_replica, max_seqs)
-    lam = in_flight / max(sum(c.share * s for c, s in zip(classes, profile.single_s[chunk]))
+    lam = in_flight / max(sum(c.share * s for c, s in zip(classes, profile.single_s[chunk], strict=False))
                           + sum(c.share * c.osl for c in classes)
                           * profile.decode_s(in_flight, speculating), 1e-9)
     state, wait_s = None, 0.0
@@ -190,7 +190,7 @@ def _closed_loop(profile: Profile, problem: Problem, replicas: int, max_seqs: in
             continue
         wait_s = max(0.0, per_replica - max_seqs) / lam
         e2e = wait_s + sum(c.share * (t + max(c.osl - 1, 0) * state.tpot_s)
-                           for c, t in zip(classes, state.ttft_s))
+                           for c, t in zip(classes, state.ttft_s, strict=False))
         lam = 0.5 * lam + 0.5 * per_replica / e2e
     waits = tuple(wait_s for _ in classes)
     return _prediction(state, problem, lam * replicas, waits=waits)
@@ -246,7 +246,8 @@ def screen_colocated(profiles: list[Profile], problem: Problem, start: int) -> l
                         continue
                     missed = idle_misses(profile, problem, chunk, speculating)
 
-                    def evaluate(n, chunk=chunk, seqs=seqs, speculating=speculating):  # noqa: ANN001, ANN202
+                    def evaluate(n, chunk=chunk, seqs=seqs, speculating=speculating,  # noqa: ANN001, ANN202
+                                 profile=profile):
                         return colocated(profile, problem, n, seqs, chunk, speculating)
 
                     counts = [1] if missed else replica_counts(evaluate, space.extra_replicas, cap)
@@ -340,7 +341,6 @@ def screen_disaggregated(profiles: list[Profile], problem: Problem, start: int, 
         rate = _closed_loop_rate(profiles, problem, disagg_chunk)
         if rate is None:
             return [], 0
-    classes = problem.traffic.classes
     groups: dict[tuple, tuple[list, list]] = {}
     for p in profiles:
         if not p.fits or disagg_chunk not in p.single_s:
@@ -433,7 +433,7 @@ def _closed_loop_rate(profiles: list[Profile], problem: Problem, chunk: int) -> 
     classes, users = problem.traffic.classes, problem.load.users
     batch = min(users, max(problem.space.max_seqs))
     e2e = [sum(c.share * (s + max(c.osl - 1, 0) * p.decode_s(batch, False))
-               for c, s in zip(classes, p.single_s[chunk]))
+               for c, s in zip(classes, p.single_s[chunk], strict=False))
            for p in profiles if p.fits and chunk in p.single_s]
     return users / min(e2e) if e2e else None
 
@@ -455,7 +455,7 @@ def _closed_pair(p: _Side, d: _Side, problem: Problem, move: tuple[float, ...],
             continue
         wait_s = max(0.0, users - d.replicas * d.max_seqs) / lam
         e2e = wait_s + sum(c.share * (t + m + max(c.osl - 1, 0) * dec.tpot_s)
-                           for c, t, m in zip(classes, pre.ttft_s, move))
+                           for c, t, m in zip(classes, pre.ttft_s, move, strict=False))
         lam = 0.5 * lam + 0.5 * users / e2e
     return _prediction(pre, problem, lam, move, dec, waits=tuple(wait_s for _ in classes))
 

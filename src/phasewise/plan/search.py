@@ -11,8 +11,8 @@ pool, Ray and a serial run give the same report.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from phasewise.catalog import load_link, load_model
 from phasewise.errors import InputError
@@ -21,10 +21,14 @@ from phasewise.plan.checkpoint import default_speculation
 from phasewise.plan.executors import Serial
 from phasewise.plan.profile import Profile, price_shape
 from phasewise.plan.report_rows import build_report
-from phasewise.plan.screen import (STATUS_ORDER, Candidate, Problem, screen_colocated,
-                                   screen_disaggregated)
-from phasewise.plan.space import (PoolShape, Speculation, kv_formats, parallelisms,
-                                  weight_formats)
+from phasewise.plan.screen import (
+    STATUS_ORDER,
+    Candidate,
+    Problem,
+    screen_colocated,
+    screen_disaggregated,
+)
+from phasewise.plan.space import PoolShape, Speculation, kv_formats, parallelisms, weight_formats
 from phasewise.plan.types import PlanReport
 from phasewise.plan.verify import verify_group
 from phasewise.serving.kv_cache import kv_capacity
@@ -78,9 +82,9 @@ def plan(*studies: Study, executor=None,  # noqa: ANN001
         offset += len(p.shapes)
         p.profiles = mine
         screened.append(_screen(p, mine))
-    picks = [_pick(cands, p.study.verify) for p, (cands, _) in zip(prepared, screened)]
+    picks = [_pick(cands, p.study.verify) for p, (cands, _) in zip(prepared, screened, strict=False)]
     size = max(1, -(-sum(len(c) for c in picks) // getattr(run, "parallelism", 1)))
-    groups = [(p, group) for p, chosen in zip(prepared, picks)
+    groups = [(p, group) for p, chosen in zip(prepared, picks, strict=False)
               for group in _groups(chosen, size)]
     vtasks = [(_call, (verify_group, (p.spec, [c.layout for c in group], p.speculation,
                                       p.study.problem.traffic, p.study.problem.load,
@@ -89,14 +93,15 @@ def plan(*studies: Study, executor=None,  # noqa: ANN001
                             cost=p.study.problem.space.cost, link=p.study.problem.space.link)))
               for p, group in groups]
     grouped = run.map(vtasks, progress("simulating", len(vtasks)) if progress else None)
-    found = {(id(p), c.index): v for (p, group), out in zip(groups, grouped)
-             for c, v in zip(group, out)}
-    results = [found[(id(p), c.index)] for p, chosen in zip(prepared, picks) for c in chosen]
+    found = {(id(p), c.index): v for (p, group), out in zip(groups, grouped, strict=False)
+             for c, v in zip(group, out, strict=False)}
+    results = [found[(id(p), c.index)] for p, chosen in zip(prepared, picks, strict=False) for c in chosen]
     reports, offset = [], 0
-    for p, (cands, evaluated), chosen in zip(prepared, screened, picks):
+    for p, (cands, evaluated), chosen in zip(prepared, screened, picks, strict=False):
         mine = results[offset:offset + len(chosen)]
         offset += len(chosen)
-        reports.append(build_report(p, cands, evaluated, dict(zip((c.index for c in chosen), mine))))
+        verified = dict(zip((c.index for c in chosen), mine, strict=False))
+        reports.append(build_report(p, cands, evaluated, verified))
     return reports
 
 

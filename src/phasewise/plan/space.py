@@ -9,7 +9,6 @@ replica shapes (device × parallelism × formats × engine) the screen prices.
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from dataclasses import dataclass
 

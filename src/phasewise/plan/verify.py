@@ -80,7 +80,7 @@ def trace_csv(requests: Requests) -> str:
     rows = ["arrival_s,input_tokens,output_tokens"]
     rows += [f"{t!r},{i},{o}" for t, i, o in zip(requests.arrival_s.tolist(),
                                                 requests.input_tokens.tolist(),
-                                                requests.output_tokens.tolist())]
+                                                requests.output_tokens.tolist(), strict=False)]
     return "\n".join(rows) + "\n"
 
 
@@ -165,7 +165,7 @@ def verify(model: ModelSpec, layout: Layout, speculation: Speculation | None, tr
     tpots = values["tpot"]
     moved = m.transfer_s[m.decode_replica != m.replica] if sim.transfers else np.empty(0)
     return Verification(
-        met=all(o <= t.limit_s * (1 + 1e-9) for o, t in zip(observed, targets)),
+        met=all(o <= t.limit_s * (1 + 1e-9) for o, t in zip(observed, targets, strict=False)),
         observed_s=observed, goodput_rps=float(good.sum()) / duration,
         attainment=float(good.mean()), requests_per_s=len(m.id) / duration,
         output_tokens_per_s=out_tokens / duration,

@@ -77,7 +77,8 @@ def estimate_table(est: Estimate) -> Group:
     phases.add_column("")
     phases.add_column("prefill (one step)", justify="right")
     phases.add_column("decode (average step)", justify="right")
-    for name, pre, dec in zip(PHASE_ROW_NAMES, _phase_rows(est.prefill), _phase_rows(est.decode)):
+    rows = zip(PHASE_ROW_NAMES, _phase_rows(est.prefill), _phase_rows(est.decode), strict=False)
+    for name, pre, dec in rows:
         phases.add_row(name, pre, dec)
 
     latency = Table(title="Latency and throughput", title_justify="left", show_header=False)

@@ -6,7 +6,8 @@ import csv
 import io
 import json
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from phasewise.errors import InputError
 

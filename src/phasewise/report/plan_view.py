@@ -99,7 +99,7 @@ def write_plots(report: PlanReport, folder: str) -> list[Path]:
         for front in report.fronts:
             if front.name != name or not front.points:
                 continue
-            xs, ys = zip(*front.points)
+            xs, ys = zip(*front.points, strict=False)
             style = dict(color="0.6", marker=".", linestyle="--") if front.source == "analytic" \
                 else dict(color="tab:blue", marker="o", linestyle="-")
             ax.plot(xs, ys, label=f"{front.source} front", **style)

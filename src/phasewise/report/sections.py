@@ -9,12 +9,21 @@ Plots are Plotly figure specifications (plain dicts: ``data`` and ``layout``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from phasewise.report import units
-from phasewise.report.figures import (CLASS_COLOURS, PHASE_COLOURS, Figure, bars, lines,
-                                      pareto, plot_layout, roofline)
+from phasewise.report.figures import (
+    CLASS_COLOURS,
+    PHASE_COLOURS,
+    Figure,
+    bars,
+    lines,
+    pareto,
+    plot_layout,
+    roofline,
+)
 from phasewise.report.tables import Cell, Table, key_value_table, number, rows_table, scalars
 
 BYTE_CLASSES = ("weights", "kv_read", "kv_write", "activations", "network")
@@ -168,7 +177,7 @@ def _estimate_sweep(doc: dict[str, Any]) -> list[Section]:
              "tokens_per_s": d["tokens_per_s"], "tokens_per_s_per_user": d["tokens_per_s_per_user"],
              "tokens_per_s_per_gpu": d["tokens_per_s_per_gpu"], "prefill_bound":
              d["prefill"]["bound"], "decode_bound": d["decode"]["bound"],
-             "fits": d["memory"]["fits"]} for label, d in zip(labels, docs)]
+             "fits": d["memory"]["fits"]} for label, d in zip(labels, docs, strict=False)]
     figures = [bars("TTFT and TPOT per configuration", labels,
                     {"TTFT (s)": [d["ttft_s"] for d in docs], "TPOT (s)": [d["tpot_s"] for d in docs]},
                     "configuration", "seconds", log_value=True),
@@ -176,7 +185,8 @@ def _estimate_sweep(doc: dict[str, Any]) -> list[Section]:
                       "tokens_per_s_per_user", "configuration")]
     first = docs[0]
     figures.append(roofline(f"Roofline: {first['hardware']['display_name']}", first["hardware"],
-                            [dict(p, label=f"{label} {p['phase']}") for label, d in zip(labels, docs)
+                            [dict(p, label=f"{label} {p['phase']}")
+                             for label, d in zip(labels, docs, strict=False)
                              for p in (d["prefill"], d["decode"])
                              if d["hardware"]["name"] == first["hardware"]["name"]]))
     return [Section("Estimate sweep", [rows_table("Configurations", rows)], figures)]
@@ -255,7 +265,7 @@ def _compare(doc: dict[str, Any]) -> list[Section]:
                     "device", "US$ per million tokens", horizontal=True, log_value=True,
                     ranked=True),
                pareto("TTFT against TPOT (lower-left is better)",
-                      [dict(r, device=n) for r, n in zip(results, names)], "ttft_s", "tpot_s",
+                      [dict(r, device=n) for r, n in zip(results, names, strict=False)], "ttft_s", "tpot_s",
                       "device")]
     figures[-1].data[0]["mode"] = "markers"
     winners = key_value_table("Winners", [(k, Cell(str(v), v)) for k, v in doc["winners"].items()])
@@ -329,7 +339,7 @@ def _load_sweep(runs: list[dict[str, Any]], verdict: str | None) -> Section:
                 series[f"{name} {stat.removesuffix('_s')}"] = [r[metric][stat] for r in chosen]
         figure = lines(f"{metric.upper()} against load", x, series, x_title, "seconds", log_y=True)
         if len(schedulers) > 1:
-            for trace, name in zip(figure.data, [n for n in schedulers for _ in range(3)]):
+            for trace, name in zip(figure.data, [n for n in schedulers for _ in range(3)], strict=False):
                 trace["x"] = [_load_label(r) for r in runs if r["inputs"]["scheduler"] == name]
         figures.append(figure)
     throughput = lines("Throughput against load", [_load_label(r) for r in runs],
@@ -407,7 +417,7 @@ def _profile(doc: dict[str, Any]) -> list[Section]:
                     "ridge_point": peak / bandwidth}
         figures.append(roofline(f"Measured roofline ({doc.get('dtype')} GEMM ceiling, read "
                                 "bandwidth)", measured,
-                                [dict(p, label=label) for p, label in zip(points, labels)]))
+                                [dict(p, label=label) for p, label in zip(points, labels, strict=False)]))
     return [Section(f"Profile: {doc['model']} on {ceilings.get('device_name', doc.get('device'))}",
                     [key_value_table("Ceilings", [(k, number(v)) for k, v in scalars(ceilings)]),
                      table], figures, list(ceilings.get("notes") or []))]

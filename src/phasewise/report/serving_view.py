@@ -179,7 +179,7 @@ def chrome_trace(sim: Any) -> dict[str, Any]:  # noqa: ANN401 - a Simulation
         columns = ("start_s", "duration_s", "decodes", "prefill_tokens", "prefill_seqs",
                    "waiting", "kv_blocks_used")
         for start, duration, decodes, prefill_tokens, prefill_seqs, waiting, used in zip(
-                *(t[c].tolist() for c in columns)):
+                *(t[c].tolist() for c in columns), strict=False):
             ts = round(start * 1e6, 3)
             events.append({"name": _step_name(int(decodes), int(prefill_tokens), int(prefill_seqs)),
                            "ph": "X", "pid": r.index, "tid": 0, "ts": ts,
@@ -215,7 +215,7 @@ def plot_latencies(metrics: Any, stem: str | Path, title: str) -> tuple[Path, Pa
     plt = pyplot()
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     table = []
-    for ax, (label, key) in zip(axes, _METRICS):
+    for ax, (label, key) in zip(axes, _METRICS, strict=False):
         values = getattr(metrics, "itl_s" if key == "itl" else f"{key}_s")
         values = np.sort(values[~np.isnan(values)]) * 1e3
         if len(values):
@@ -283,7 +283,7 @@ def plot_sweep(summaries: list[Any], stem: str | Path, title: str) -> tuple[Path
                     label=f"{name} p50")
         axes[2].plot(x, [r.output_tokens_per_s for r in runs], "o-", color=color, label=name)
     closed = summaries[0].inputs.workload.get("clients") is not None
-    for ax, label in zip(axes, ("TTFT (ms)", "TPOT (ms)", "output tokens/s")):
+    for ax, label in zip(axes, ("TTFT (ms)", "TPOT (ms)", "output tokens/s"), strict=False):
         ax.set_xlabel("concurrent clients" if closed else "request rate (req/s)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

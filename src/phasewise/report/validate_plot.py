@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from phasewise.report.plots import pyplot, save_figure
 from phasewise.validate.run import Prediction, short_source
@@ -32,7 +32,7 @@ def scatter(predictions: Sequence[Prediction], stem: str | Path, *,
     fig, ax = plt.subplots(figsize=(7.5, 6.5))
     phase_rows = [p for p in predictions if p.phase in ("prefill", "decode", "end_to_end")]
     sources = list(dict.fromkeys(short_source(p.source) for p in phase_rows))
-    for source, colour in zip(sources, source_colours(len(sources))):
+    for source, colour in zip(sources, source_colours(len(sources)), strict=False):
         rows = [p for p in phase_rows if short_source(p.source) == source]
         for phase, marker in MARKERS.items():
             chosen = [p for p in rows if p.phase == phase]

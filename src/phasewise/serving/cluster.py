@@ -8,7 +8,7 @@ a KV transfer's end hands the sequence to its decode replica.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from phasewise.errors import InputError, nearest_hint
 from phasewise.serving import engine

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Callable, Iterable, NamedTuple, Protocol
+from collections.abc import Callable, Iterable
+from typing import NamedTuple, Protocol
 
 # Priorities at one instant: new work lands in the queues before an engine finishing a
 # step picks its next batch, so requests arriving at the instant a step ends can join it.

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phasewise.version import __version__
 from phasewise.serving.replica import Replica
 from phasewise.serving.simulator import Simulation
 from phasewise.serving.types import LatencyStats, PoolInputs, SimInputs, SimSummary, SloReport
+from phasewise.version import __version__
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,8 @@ class RequestMetrics:
                 "preemptions", "replica", "decode_replica", "transfer_s")
         lists = [getattr(self, c).tolist() for c in cols]
         out = []
-        for values in zip(*lists):
-            row = dict(zip(cols, values))
+        for values in zip(*lists, strict=False):
+            row = dict(zip(cols, values, strict=False))
             if row["tpot_s"] != row["tpot_s"]:  # NaN: a one-token answer has no TPOT
                 row["tpot_s"] = None
             out.append(row)
@@ -108,7 +108,7 @@ def latency_stats(values: np.ndarray, percentiles: tuple[float, ...] = (50, 90, 
     return LatencyStats(count=len(values), mean_s=float(values.mean()), p50_s=float(p50),
                         p90_s=float(p90), p99_s=float(p99), max_s=float(values.max()),
                         percentiles={percentile_key(q): float(v)
-                                     for q, v in zip(percentiles, asked)})
+                                     for q, v in zip(percentiles, asked, strict=False)})
 
 
 def percentile_key(q: float) -> str:

@@ -31,7 +31,7 @@ overlap scheduler, overlapped with) the device time.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

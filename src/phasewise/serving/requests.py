@@ -268,7 +268,7 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, dict[str, str]]]:
         if len(fields) < len(header):
             raise InputError(f"{path}, line {number}: {len(fields)} fields, the header names "
                              f"{len(header)}.")
-        rows.append((number, dict(zip(header, (f.strip() for f in fields)))))
+        rows.append((number, dict(zip(header, (f.strip() for f in fields), strict=False))))
     return rows
 
 

@@ -7,8 +7,9 @@ scheduler is one entry in ``SCHEDULERS``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from phasewise.errors import InputError, nearest_hint
 from phasewise.estimate.core import PREFILL_CHUNK_TOKENS

@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from phasewise.serving.pricing import DEFAULT_BUCKET_TOKENS, StepPricer
 from phasewise.serving.replica import Limits, Replica, Seq
 from phasewise.serving.requests import ClosedLoop, Requests
 from phasewise.serving.schedulers import DEFAULT_MAX_SEQS, scheduler
-from phasewise.serving.speculative import SpeculativeReplica, Speculation
+from phasewise.serving.speculative import Speculation, SpeculativeReplica
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 
 # An upper bound on the state a run holds, from tracemalloc peaks of runs and their metrics

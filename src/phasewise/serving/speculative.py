@@ -18,9 +18,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from phasewise.catalog import load_model
-from phasewise.estimate.speculative import (check_draft, draft_parallelism,
-                                            draft_weight_bytes, check_speculation,
-                                            expected_tokens_per_round, head_draft)
+from phasewise.estimate.speculative import (
+    check_draft,
+    check_speculation,
+    draft_parallelism,
+    draft_weight_bytes,
+    expected_tokens_per_round,
+    head_draft,
+)
 from phasewise.ledger import kv_cache_bytes_per_device
 from phasewise.serving.kv_cache import blocks_for
 from phasewise.serving.replica import Replica, Seq

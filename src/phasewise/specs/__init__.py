@@ -1,9 +1,22 @@
 """Immutable descriptions of the three inputs: model, hardware, workload (+ precision, parallelism)."""
 
 from phasewise.specs.hardware import DEVICE_CLASSES, HardwareSpec, Link, Price
-from phasewise.specs.model import (MLP, Attention, CheckpointFormats, DenseMLP, LatentAttention,
-                                   Layer, LayerGroup, LinearAttention, LinearMixer, LinearMLP,
-                                   Mamba2, Mixer, ModelSpec, MoE)
+from phasewise.specs.model import (
+                                   MLP,
+                                   Attention,
+                                   CheckpointFormats,
+                                   DenseMLP,
+                                   LatentAttention,
+                                   Layer,
+                                   LayerGroup,
+                                   LinearAttention,
+                                   LinearMixer,
+                                   LinearMLP,
+                                   Mamba2,
+                                   Mixer,
+                                   ModelSpec,
+                                   MoE,
+)
 from phasewise.specs.precision import FORMATS, NumberFormat, Precision, number_format
 from phasewise.specs.workload import Parallelism, Workload
 

@@ -178,11 +178,11 @@ class Precision:
                                            compare=False)
 
     def __post_init__(self) -> None:
-        for field in ("weights", "activations", "kv_cache"):
-            value = getattr(self, field)
-            if field != "activations" and value == CHECKPOINT:
+        for name in ("weights", "activations", "kv_cache"):
+            value = getattr(self, name)
+            if name != "activations" and value == CHECKPOINT:
                 continue
-            object.__setattr__(self, field, number_format(value).name)
+            object.__setattr__(self, name, number_format(value).name)
         modules = tuple((cls, number_format(fmt).name) for cls, fmt in self.module_weights)
         unknown = [cls for cls, _ in modules if cls not in MODULE_CLASSES]
         if unknown:

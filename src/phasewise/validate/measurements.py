@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from phasewise.errors import InputError
 from phasewise.files import read_text

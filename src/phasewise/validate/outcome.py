@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
-from phasewise.version import __version__
 from phasewise.cost.calibration import load_profile, profile_to_toml
 from phasewise.errors import InputError
 from phasewise.files import write_atomic
 from phasewise.validate.measurements import MeasurementFile, Problem
-from phasewise.validate.run import (FLOOR_BEATEN, FLOOR_BEATEN_FP16_ACCUMULATE, Prediction,
-                                    dataset, fit, holdout, in_sample)
+from phasewise.validate.run import (
+    FLOOR_BEATEN,
+    FLOOR_BEATEN_FP16_ACCUMULATE,
+    Prediction,
+    dataset,
+    fit,
+    holdout,
+    in_sample,
+    match_source,
+    short_source,
+    sources,
+)
 from phasewise.validate.run import leave_one_source_out as every_source_held_out
-from phasewise.validate.run import match_source, short_source, sources
 from phasewise.validate.score import Score, prediction_rows, score, score_rows
 from phasewise.validate.trace import RowTrace, find_scenarios, trace
+from phasewise.version import __version__
 
 SCHEMA_VERSION = 1
 

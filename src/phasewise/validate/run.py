@@ -8,20 +8,25 @@ paths to each other.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
 
 from phasewise.cost.calibrated import Calibrated
-from phasewise.lower import split_prefill
 from phasewise.cost.calibration import Profile, configure, load_profile
-from phasewise.lower import backend_of
 from phasewise.cost.fit import FitResult, Observation, fit_profile
 from phasewise.errors import InputError
 from phasewise.estimate import estimate
 from phasewise.ledger import Step, build_ledger
+from phasewise.lower import backend_of, split_prefill
 from phasewise.validate.measurements import MeasurementFile, Problem
-from phasewise.validate.scenario import (MappingError, Scenario, predicted_seconds,
-                                         predicted_value, scenario_for, unscorable)
+from phasewise.validate.scenario import (
+    MappingError,
+    Scenario,
+    predicted_seconds,
+    predicted_value,
+    scenario_for,
+    unscorable,
+)
 
 PHASE_KINDS = ("prefill", "decode", "end_to_end")
 # As ``estimate`` averages decode: Simpson's rule over the first, middle and last context.
@@ -146,7 +151,7 @@ def scenario_steps(scenario: Scenario, ubatch_tokens: int) -> list[tuple[float, 
                                                ubatch_tokens)]
     first, last = w.isl, w.isl + max(w.osl - 2, 0)
     decode = [(weight, Step.decode(w.batch_size, c))
-              for weight, c in zip(SIMPSON_WEIGHTS, (first, (first + last) // 2, last))]
+              for weight, c in zip(SIMPSON_WEIGHTS, (first, (first + last) // 2, last), strict=False)]
     if scenario.kind == "prefill":
         return prefill
     if scenario.kind == "decode":

@@ -6,8 +6,8 @@ phase to take 20% longer than measured; a throughput figure is read as its time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 

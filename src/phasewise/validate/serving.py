@@ -170,9 +170,9 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
     """The simulated server a row describes, with the engine's preset (``host`` replaces
     its fitted host time; ``efficiency`` is unused by the simulator and kept at 1)."""
     from phasewise.catalog import load_hardware
-    from phasewise.serving import Pool as SimPool, Server
+    from phasewise.serving import Pool as SimPool
+    from phasewise.serving import Server
     from phasewise.serving.layouts import engine_layout
-    from phasewise.serving.presets import engine_settings
     from phasewise.specs import Precision
     from phasewise.validate.scenario import resolve_model
 
@@ -186,7 +186,7 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
     preset = _preset(row, device, pars[-1])
     if host is not None:
         preset = replace(preset, host=replace(host, overlap=preset.host.overlap))
-    pools = [SimPool(row.device, par, p.workers) for par, p in zip(pars, row.pools)]
+    pools = [SimPool(row.device, par, p.workers) for par, p in zip(pars, row.pools, strict=False)]
     prices = _PRICES.setdefault((row.model, row.device, row.gemm_quant, preset.cost_engine,
                                  preset.cuda_graph_sizes, preset.host), {})
     decode_batch = row.pools[-1].batch

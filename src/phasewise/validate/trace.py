@@ -9,8 +9,8 @@ the predicted time.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 from phasewise.cost.base import hardware_for_collective, math_format_for
 from phasewise.cost.calibrated import Calibrated
@@ -18,8 +18,15 @@ from phasewise.cost.calibration import ConstantSource, Profile
 from phasewise.errors import InputError
 from phasewise.ledger import build_ledger
 from phasewise.lower import Kernel
-from phasewise.validate.run import (CEILING_KINDS, FLOOR_BEATEN, FLOOR_BEATEN_FP16_ACCUMULATE,
-                                    Prediction, predict, scenario_steps, short_source)
+from phasewise.validate.run import (
+    CEILING_KINDS,
+    FLOOR_BEATEN,
+    FLOOR_BEATEN_FP16_ACCUMULATE,
+    Prediction,
+    predict,
+    scenario_steps,
+    short_source,
+)
 from phasewise.validate.scenario import Scenario
 
 # The causes a row's time splits into: each operator counts max(compute, memory) as

@@ -23,8 +23,14 @@ from starlette.concurrency import run_in_threadpool
 from phasewise.errors import InputError
 from phasewise.web.inputs import MAX_UPLOAD_BYTES, Form
 from phasewise.web.jobs import Jobs
-from phasewise.web.views import (LONG_VIEWS, QUICK_VIEWS, VIEWS, cli_command, plan_available,
-                                 simulate_bounds)
+from phasewise.web.views import (
+    LONG_VIEWS,
+    QUICK_VIEWS,
+    VIEWS,
+    cli_command,
+    plan_available,
+    simulate_bounds,
+)
 
 LOG = logging.getLogger("phasewise.web")
 # A form with two uploads, and the JSON around them.

@@ -68,8 +68,13 @@ def blank_to_none(value: str | None) -> str | None:
 def model_spec(form: Form) -> Any:
     """The ModelSpec of an uploaded config.json, a catalog model, or a cached repo id."""
     from phasewise.catalog.hf_config import model_from_config
-    from phasewise.catalog.models import (MODELS_DIR, catalog_model_name, find_in_hf_cache,
-                                          model_names, read_config)
+    from phasewise.catalog.models import (
+        MODELS_DIR,
+        catalog_model_name,
+        find_in_hf_cache,
+        model_names,
+        read_config,
+    )
 
     if form.model_upload:
         name = _upload_stem(form.model_upload_name) or "uploaded-config"
@@ -124,8 +129,12 @@ def devices(form: Form) -> list[Any]:
 
 
 def catalog_device(ref: str) -> Any:
-    from phasewise.catalog.hardware import (HARDWARE_DIR, catalog_hardware_name,
-                                            hardware_from_sheet, hardware_names)
+    from phasewise.catalog.hardware import (
+        HARDWARE_DIR,
+        catalog_hardware_name,
+        hardware_from_sheet,
+        hardware_names,
+    )
     from phasewise.files import read_toml
 
     name = catalog_hardware_name(ref)

@@ -7,12 +7,21 @@ These call the Python API the CLI calls (``estimate``, ``explain``, ``batch_swee
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from phasewise.errors import InputError
-from phasewise.web.inputs import (MAX_WEB_RATES, MAX_WEB_REQUESTS, Form, blank_to_none, bounded,
-                                  devices, model_spec, whole)
+from phasewise.web.inputs import (
+    MAX_WEB_RATES,
+    MAX_WEB_REQUESTS,
+    Form,
+    blank_to_none,
+    bounded,
+    devices,
+    model_spec,
+    whole,
+)
 
 QUICK_VIEWS = ("estimate", "explain", "compare")
 LONG_VIEWS = ("simulate", "plan")
