@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,21 @@ def profile_from_document(doc: Mapping[str, Any], origin: str) -> Profile:
 
 
 def load_profile(path: str | None = None) -> Profile:
-    """The bundled default profile, or a user's calibration TOML."""
+    """The bundled default profile, or a user's calibration TOML. Parsing is memoised per
+    file version (path, size, modification time), so an estimate does not re-read the
+    profile and an edited file is read again."""
+    stamp = None
+    if path is not None:
+        try:
+            info = Path(path).stat()
+            stamp = (info.st_size, info.st_mtime_ns)
+        except OSError:
+            stamp = None  # read_profile_document names the problem
+    return _load_profile(path, stamp)
+
+
+@lru_cache(maxsize=16)
+def _load_profile(path: str | None, stamp: tuple[int, int] | None) -> Profile:
     document, origin = read_profile_document(path)
     if document is None:
         return prior_profile()

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import date
+from functools import lru_cache
 from typing import Any
 
 from phasewise.catalog import normalise
@@ -158,8 +159,9 @@ class Engine:
                        base=base)
 
 
+@lru_cache(maxsize=1)
 def engines() -> dict[str, Engine]:
-    """Every engine of ``engines.toml``, by name."""
+    """Every engine of ``engines.toml``, by name (a pure function of the bundled file)."""
     return {name: _engine(name, d) for name, d in engines_document().items()}
 
 
