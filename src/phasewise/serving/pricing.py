@@ -40,6 +40,7 @@ from phasewise.cost.calibrated import engine_steps
 from phasewise.ledger import SeqGroup, Step, build_ledger
 from phasewise.serving.presets import HostTime
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
+from phasewise.specs.compute import precision_on
 
 # 16 tokens: vLLM's default KV block size, so bucket edges fall on block edges.
 DEFAULT_BUCKET_TOKENS = 16
@@ -59,6 +60,9 @@ class StepPricer:
                  padded_batch: Callable[[int], int] | None = None,
                  host: HostTime | None = None, relative_buckets: bool = True,
                  cache: dict | None = None) -> None:
+        # The checkpoint's formats ('auto'), then the matmul format this device runs them in
+        # (FP4 natively on Blackwell, weight-only where the units lack it), as estimate does.
+        precision = precision_on(precision.for_model(model), hardware).precision
         self.model, self.hardware, self.precision = model, hardware, precision
         self.parallelism, self.cost, self.bucket = parallelism, cost, max(1, bucket_tokens)
         self.padded_batch, self.host, self.relative = padded_batch, host, relative_buckets
