@@ -59,3 +59,44 @@ def test_runs_with_several_requests_in_flight_cannot_be_fitted() -> None:
 def test_a_tpot_below_the_kernels_alone_is_refused() -> None:
     with pytest.raises(InputError, match="below what the kernels"):
         fit_overhead([_run(1e-6)], TARGET)
+
+
+def test_calibrate_from_serving_runs_writes_the_fitted_overhead(tmp_path) -> None:
+    """`phasewise calibrate --from` takes a bench result file and writes the same fit."""
+    import io
+    import tomllib
+    from contextlib import redirect_stdout
+
+    from phasewise.cli import main
+    from phasewise.measure.bench_results import document
+    from phasewise.report.output import to_json
+
+    runs = [_run(0.010), _run(0.012)]
+    saved = tmp_path / "runs.json"
+    saved.write_text(to_json(document(runs, endpoint={"url": "http://127.0.0.1:8080"},
+                                      plan={"isl": "64", "osl": "16"})))
+    out = io.StringIO()
+    try:
+        with redirect_stdout(out):
+            main(["calibrate", "--from", str(saved), "--engine", "llama.cpp", "--hardware",
+                  "amd-epyc-9654", "--model", "smollm2-135m", "--weight-dtype", "Q4_1",
+                  "--out-dir", str(tmp_path), "--format", "json"])
+    except SystemExit as done:
+        assert done.code in (0, None)
+    expected = fit_overhead(runs, TARGET)
+    written = tomllib.loads((tmp_path / "calibration.toml").read_text())
+    value = written["engine"]["llama.cpp"]["class"]["cpu"]["step_overhead_s"]
+    value = value["value"] if isinstance(value, dict) else value
+    assert value == pytest.approx(expected.after_s, rel=1e-6)
+
+
+def test_calibrate_from_serving_runs_needs_the_engine(tmp_path, capsys) -> None:
+    from phasewise.cli import main
+    from phasewise.measure.bench_results import document
+    from phasewise.report.output import to_json
+
+    saved = tmp_path / "runs.json"
+    saved.write_text(to_json(document([_run(0.010)], endpoint={}, plan={})))
+    with pytest.raises(SystemExit) as done:
+        main(["calibrate", "--from", str(saved), "--out-dir", str(tmp_path)])
+    assert done.value.code == 2 and "--engine" in capsys.readouterr().err

@@ -30,7 +30,18 @@ CUDA_MODELS = ("llama-3.1-8b", "llama-3.2-3b", "llama-3.2-1b")
 def calibrate(
     profiles: str | None = typer.Option(None, "--from", help="Profile documents to fit (JSON "
                                            "from `phasewise profile --out`), comma list. Without "
-                                           "it, the models of --model are profiled now."),
+                                           "it, the models of --model are profiled now. Serving "
+                                           "runs (`phasewise bench --save-result`, `vllm bench "
+                                           "serve --save-result`) fit the engine's host "
+                                           "overhead per step instead (with --engine, "
+                                           "--hardware and --model)."),
+    engine: str | None = typer.Option(None, "--engine", help="With serving runs in --from: "
+                                         "the engine whose step overhead is fitted."),
+    hardware: str | None = typer.Option(None, "--hardware", "-H", help="With serving runs in "
+                                           "--from: the device the server ran on."),
+    weight_dtype: str = typer.Option("auto", "--weight-dtype", help="With serving runs in "
+                                     "--from: the weights' format the server ran (auto: the "
+                                     "checkpoint's)."),
     model: str | None = typer.Option(None, "--model", "-m", help="Models to profile when "
                                         "--from is not given (comma list; default "
                                         "smollm2-135m on a CPU, on a GPU the largest of "
@@ -70,6 +81,12 @@ def calibrate(
         except OSError:
             pass  # check_output_dir names the problem
     check_output_dir(folder, "--out-dir")
+    if profiles is not None and _serving_runs(profiles):
+        _fit_host_overhead(profiles, model, hardware, engine, weight_dtype, folder, fmt)
+        return
+    if engine or hardware:
+        raise InputError("--engine and --hardware go with serving runs in --from (bench or "
+                         "vllm result files); profiles fit this machine's own sheet.")
     if profiles is not None:
         documents = [_read_profile(path) for path in split_list(profiles, "--from", str)]
     else:
@@ -128,6 +145,54 @@ def largest_that_fits(models: tuple[str, ...], plan: Any, dtype: str, where: str
         except InputError as refusal:
             last = refusal
     raise InputError(f"{last} Or name a smaller model with --model.")
+
+
+def _serving_runs(profiles: str) -> bool:
+    """Whether --from names serving-run result files (every one of them) rather than
+    profile documents; a mix is refused."""
+    from phasewise.measure.bench_results import read_results
+
+    kinds = []
+    for path in split_list(profiles, "--from", str):
+        try:
+            kinds.append(read_results(path)[0] in ("phasewise", "vllm"))
+        except InputError:
+            kinds.append(False)
+    if any(kinds) and not all(kinds):
+        raise InputError("--from mixes serving runs and profile documents; fit them apart.")
+    return all(kinds)
+
+
+def _fit_host_overhead(profiles: str, model: str | None, hardware: str | None,
+                       engine: str | None, weight_dtype: str, folder: Path, fmt: str) -> None:
+    """The engine's step overhead fitted to single-client serving runs (measure.bench_fit),
+    written as a calibration profile that --calibration reads."""
+    from phasewise.files import write_all
+    from phasewise.measure.bench_fit import fit_overhead
+    from phasewise.measure.bench_predict import Target
+    from phasewise.measure.bench_results import read_results
+    from phasewise.report.output import to_json
+
+    missing = [flag for flag, v in (("--model", model), ("--hardware", hardware),
+                                    ("--engine", engine)) if not v]
+    if missing:
+        raise InputError(f"fitting a host overhead from serving runs needs {', '.join(missing)}: "
+                         "the model, device and engine the server ran.")
+    runs = [run for path in split_list(profiles, "--from", str) for run in read_results(path)[1]]
+    result = fit_overhead(runs, Target(model=model, hardware=hardware, engine=engine,
+                                       weight_dtype=weight_dtype))
+    (path,) = write_all({folder / "calibration.toml": result.toml()})
+    summary = {"calibration": str(path), "level": result.level,
+               "step_overhead_s_before": result.before_s, "step_overhead_s": result.after_s,
+               "runs": len(result.runs), "rms_log_residual": result.rms_log_residual,
+               "usage": f"--engine {engine} --calibration {path}"}
+    if fmt == "json":
+        echo(to_json(summary))
+        return
+    sys.stderr.write(f"{result.level} step_overhead_s: {result.before_s * 1e3:.4g} ms -> "
+                     f"{result.after_s * 1e3:.4g} ms over {len(result.runs)} run(s), rms log "
+                     f"residual of TPOT {result.rms_log_residual:.3f}; wrote {path}\n"
+                     f"use it: {summary['usage']}\n")
 
 
 def _read_profile(path: str) -> Any:
