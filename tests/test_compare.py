@@ -108,3 +108,15 @@ def test_compare_command_ranks_devices_and_names_winners():
 def test_compare_unknown_rank_criterion_is_one_line():
     result = run("compare", "-H", "h100-sxm", "--rank-by", "speed")
     assert result.returncode == 2 and "--rank-by" in result.stderr
+
+
+def test_a_device_that_fits_only_at_a_larger_tp_says_the_smallest_that_fits():
+    # Llama-3.1-70B in bf16 is 70.55 B × 2 B = 141.1 GB of weights. On an 80 GB H100 with the
+    # 10% runtime reserve (8 GB) and an 8,192-token context (327,680 B of KV per token over
+    # 80 layers): TP2 holds 70.55 + 8 + 1.34 = 79.9 GB before activations, more than 80 GB
+    # once they are added; TP4 holds 35.3 + 8 + 0.67 = 44 GB.
+    from phasewise.estimate.compare import compare
+    from phasewise.specs import Workload
+
+    result = compare("llama-3.1-70b", Workload(isl=8192, osl=256), hardware=["h100-sxm"])
+    assert "fits from TP4 (--tp 4)" in result.skipped["h100-sxm"]

@@ -67,7 +67,8 @@ def compare(model: ModelSpec | str, workload: Workload = Workload(),
                 continue
             if not est.memory.fits and not include_unfit:
                 skipped[key] = (f"does not fit: needs {est.memory.total_bytes / 1e9:,.1f} GB of "
-                                f"{est.memory.capacity_bytes / 1e9:,.0f} GB per device")
+                                f"{est.memory.capacity_bytes / 1e9:,.0f} GB per device"
+                                f"{_larger_tp_hint(spec, device, workload, precision, par)}")
                 continue
             results.append(device_result(est, device, par))
     ranked = rank(results, rank_by)
@@ -77,6 +78,37 @@ def compare(model: ModelSpec | str, workload: Workload = Workload(),
         act_dtype=precision.activations, kv_dtype=precision.kv_cache, kv_keep=precision.kv_keep,
         cost_model=cost_name(cost), rank_by=rank_by,
         results=ranked, winners=winners(ranked), skipped=skipped)
+
+
+def smallest_fitting_tp(model: ModelSpec, device: HardwareSpec, workload: Workload,
+                        precision: Precision, par: Parallelism) -> int | None:
+    """The smallest power-of-two TP above ``par.tp``, within the device's scale-up domain,
+    whose per-device footprint (weights, KV cache, activations, reserve) fits; None if none
+    does. Memory arithmetic only: no step is priced."""
+    from phasewise.estimate.core import memory_report
+    from phasewise.ledger.build import check_parallelism
+
+    widest = device.interconnect.max_devices if device.interconnect is not None else 1
+    tp = par.tp * 2
+    while tp <= widest:
+        candidate = Parallelism(tp=tp, pp=par.pp, ep=par.ep)
+        try:
+            check_parallelism(model, candidate)
+            if memory_report(model, device, workload, precision, candidate).fits:
+                return tp
+        except InputError:
+            pass  # this TP does not divide the heads; try the next
+        tp *= 2
+    return None
+
+
+def _larger_tp_hint(model: ModelSpec, device: HardwareSpec, workload: Workload,
+                    precision: Precision, par: Parallelism) -> str:
+    tp = smallest_fitting_tp(model, device, workload, precision, par)
+    if tp is not None:
+        return f"; fits from TP{tp} (--tp {tp})"
+    widest = device.interconnect.max_devices if device.interconnect is not None else 1
+    return f"; no TP up to its scale-up domain ({widest}) fits it"
 
 
 def _estimate_on(model: ModelSpec, device: HardwareSpec, workload: Workload,

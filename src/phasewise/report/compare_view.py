@@ -46,6 +46,12 @@ def comparison_table(c: Comparison, *, show_skipped: bool = False) -> Group:
                 parts.append(Text(f"not ranked: {name}: {why}", style="yellow"))
         else:
             n = len(c.skipped)
+            larger = {name: why.rsplit("fits from ", 1)[1].split(" ")[0]
+                      for name, why in c.skipped.items() if "fits from TP" in why}
+            if larger:
+                shown = ", ".join(f"{name} ({tp})" for name, tp in list(larger.items())[:6])
+                parts.append(Text(f"{len(larger)} of the devices not ranked fit at a larger TP: "
+                                  f"{shown}{' …' if len(larger) > 6 else ''}.", style="yellow"))
             parts.append(Text(f"{n} device{'s' * (n != 1)} not ranked (do not fit, or cannot run "
                               "this precision or parallelism); --show-skipped lists them.",
                               style="yellow"))
