@@ -212,3 +212,14 @@ def test_a_gpu_is_named_without_the_host_threads_a_cpu_with_them():
     assert measured_name(gpu) == "NVIDIA H200 (measured)"
     assert measured_name(CEILINGS) == "test CPU (1 thread, measured)"
     assert hardware_from_ceilings(gpu).display_name == "NVIDIA H200 (measured)"
+
+
+def test_an_mbu_above_100_percent_is_explained():
+    from types import SimpleNamespace
+
+    from phasewise.report.profile_view import _mbu_note
+
+    over = SimpleNamespace(points=[SimpleNamespace(label="tg", mbu=1.3),
+                                   SimpleNamespace(label="pp512", mbu=0.2)])
+    assert "MBU above 100% (tg)" in _mbu_note(over) and "caches" in _mbu_note(over)
+    assert _mbu_note(SimpleNamespace(points=[SimpleNamespace(label="tg", mbu=0.9)])) == ""

@@ -74,8 +74,21 @@ def points_table(profile: Profile) -> Any:
         table.add_row(*cells)
     table.caption = (f"Ridge point {ridge:,.1f} FLOP/byte (measured GEMM ceiling ÷ copy "
                      "bandwidth): steps below it are bound by memory, above it by compute. "
-                     "FLOPs and bytes from the ledger; times are medians.")
+                     "FLOPs and bytes from the ledger; times are medians." + _mbu_note(profile))
     return table
+
+
+def _mbu_note(profile: Profile) -> str:
+    """An MBU above 100% is no error: the ledger counts every byte a step reads from memory
+    at least once, and a weight set or KV cache that fits in the CPU's caches is read from
+    them faster than the measured copy bandwidth (the same reason validate gives for rows
+    faster than the speed-of-light floor)."""
+    over = [p.label for p in profile.points if p.mbu > 1]
+    if not over:
+        return ""
+    return (f" MBU above 100% ({', '.join(over[:4])}{' …' if len(over) > 4 else ''}): those "
+            "steps read part of their bytes from caches faster than the measured copy "
+            "bandwidth, which the ledger's once-from-memory count does not see.")
 
 
 def _ridge(profile: Profile) -> float:
