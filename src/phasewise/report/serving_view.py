@@ -226,7 +226,7 @@ def plot_latencies(metrics: Any, stem: str | Path, title: str) -> tuple[Path, Pa
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("fraction of requests (ITL: of gaps)")
-    fig.suptitle(title)
+    fig.suptitle(_wrapped(title, 160))
     return save_figure(fig, stem, title=title, table=table)
 
 
@@ -258,10 +258,22 @@ def plot_load(sim: Any, stem: str | Path, title: str) -> tuple[Path, Path]:  # n
     axes[2].set_xlabel("simulated time (s)")
     for ax in axes:
         ax.grid(alpha=0.3)
+        # Counts start at zero; an all-zero series (no queue) gets a visible 0..1 span
+        # rather than matplotlib's symmetric ±0.04 around it.
+        _, top = ax.get_ylim()
+        ax.set_ylim(0, max(top, 1.0))
+    axes[2].set_ylim(0, 100)
     if len(sim.replicas) <= 8:
-        axes[0].legend(fontsize=7, loc="upper right")
-    fig.suptitle(title)
+        axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(_wrapped(title))
     return save_figure(fig, stem, title=title, table=table)
+
+
+def _wrapped(title: str, width: int = 110) -> str:
+    """A long title on two lines rather than cut at the figure's edge."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, width)) or title
 
 
 def plot_sweep(summaries: list[Any], stem: str | Path, title: str) -> tuple[Path, Path]:  # noqa: ANN401

@@ -56,6 +56,7 @@ def scatter(predictions: Sequence[Prediction], stem: str | Path, *,
     ax.set_xlabel("measured time (s)")
     ax.set_ylabel("predicted time (s): filled calibrated, hollow speed of light")
     ax.set_title(title)
-    ax.legend(fontsize=7, loc="upper left")
+    # Beside the axes, not over the points: a source list covers the lower-left corner.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     ax.grid(True, which="both", alpha=0.2)
     return save_figure(fig, stem, title=title, table=prediction_rows(predictions))
