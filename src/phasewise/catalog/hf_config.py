@@ -220,11 +220,21 @@ def _check_declared_sizes(cfg: dict[str, Any], name: str) -> None:
                              f"tokens or null, got {window!r}; fix the file.")
 
 
+# Bounds far above any published model (widths of ~10^5, vocabularies of ~10^6, a few
+# hundred layers), so a size past them is a typo or a unit error, not a model.
+MAX_CONFIG_SIZE = 1 << 31
+MAX_CONFIG_LAYERS = 100_000
+
+
 def _check_whole(name: str, key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or value != int(value) or value <= 0:
         raise InputError(f"{name}: config.json's {key} must be a positive whole number, got "
                          f"{value!r}; fix the file.")
+    limit = MAX_CONFIG_LAYERS if key == "num_hidden_layers" else MAX_CONFIG_SIZE
+    if value > limit:
+        raise InputError(f"{name}: config.json's {key} = {value:g} is beyond any published "
+                         f"model (at most {limit:,}); fix the file.")
 
 
 def _pattern_length(cfg: Config) -> int | None:

@@ -118,11 +118,10 @@ def runs_from_document(doc: dict[str, Any], path: str) -> list[BenchRun]:
 def read_results(path: str | Path) -> tuple[str, list[Any]]:
     """(kind, items) for a result file: 'phasewise' or 'vllm' runs (BenchRun), or
     'llama-bench' tests (dicts), or 'guidellm' runs (BenchRun without requests)."""
+    from phasewise.files import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot read it ({err.strerror}).") from None
+    text = read_text(path, what="result file")  # bounded, UTF-8, or one clear line
     docs = _json_documents(text, path)
     first = docs[0]
     if isinstance(first, dict) and first.get("kind") == DOCUMENT_KIND:
@@ -141,7 +140,13 @@ def read_results(path: str | Path) -> tuple[str, list[Any]]:
 
 
 def _json_documents(text: str, path: Path) -> list[Any]:
-    """One JSON document, or one a line (vLLM's --append-result, llama-bench -o jsonl)."""
+    """One JSON document, or one a line (vLLM's --append-result, llama-bench -o jsonl),
+    nesting at most files.MAX_JSON_DEPTH levels."""
+    from phasewise.files import MAX_JSON_DEPTH, json_depth
+
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise InputError(f"{path}: nests deeper than {MAX_JSON_DEPTH} levels; it is not a "
+                         "result file phasewise reads.")
     try:
         return [json.loads(text)]
     except json.JSONDecodeError:
