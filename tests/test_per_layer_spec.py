@@ -304,3 +304,11 @@ def test_an_fp8_checkpoint_runs_w8a8_where_the_device_has_fp8_and_weight_only_el
     assert a100.math_format == "bf16" and "weight-only" in a100.reason
     flagged = Precision(weights="fp8_block")  # a flag, not the checkpoint: the formats decide
     assert precision_on(flagged, load_hardware("h200-sxm")).math_format == "bf16"
+
+
+@pytest.mark.parametrize("key, value", [("hidden_size", 1e300), ("num_hidden_layers", 2 ** 62),
+                                        ("vocab_size", 10 ** 12)])
+def test_a_size_past_any_published_model_is_refused(key, value):
+    cfg = {**BASE, "model_type": "llama", "num_hidden_layers": 2, key: value}
+    with pytest.raises(InputError, match="beyond any published model"):
+        model_from_config(cfg, "huge")
