@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from phasewise.catalog.schema import check_calibration
 from phasewise.errors import InputError
 from phasewise.files import read_toml
 
@@ -52,4 +53,6 @@ def read_profile_document(path: str | None = None) -> tuple[Mapping[str, Any] | 
     where = Path(path).expanduser()
     if not where.is_file():
         raise InputError(f"calibration file {path} does not exist; check the path.")
-    return read_toml(where, what="calibration file"), str(where)
+    # Checked where it enters, for the Python API as for the CLI's --calibration: known
+    # sections only, and a file of another kind (a hardware sheet) named as such.
+    return check_calibration(read_toml(where, what="calibration file"), str(where)), str(where)
