@@ -500,18 +500,21 @@ def _render(results: list[tuple], fmt: str, slo: Any, requests_out: str | None,
 def _plots(results: list[tuple], folder: str) -> None:
     from pathlib import Path
 
+    from phasewise.files import write_all
     from phasewise.report.serving_view import plot_latencies, plot_load, plot_sweep
 
     out = Path(folder)
+    figures: dict = {}  # every figure's files, written as one set: all of them or none
     if len(results) == 1:
         sim, metrics, summary = results[0]
         name = f"{summary.inputs.model}, {summary.inputs.scheduler}"
-        plot_latencies(metrics, out / "latency", f"Latency distributions: {name}")
-        plot_load(sim, out / "load", f"Queue, batch and KV cache over time: {name}")
+        plot_latencies(metrics, out / "latency", f"Latency distributions: {name}", figures)
+        plot_load(sim, out / "load", f"Queue, batch and KV cache over time: {name}", figures)
     else:
         summaries = [s for _, _, s in results]
         plot_sweep(summaries, out / "sweep", f"Latency and throughput against load: "
-                                             f"{summaries[0].inputs.model}")
+                                             f"{summaries[0].inputs.model}", figures)
+    write_all(figures)
 
 
 def _sweep_verdict(summaries: list[Any], slo: Any) -> str:

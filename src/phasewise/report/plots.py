@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from phasewise.errors import InputError
-from phasewise.files import write_atomic
+from phasewise.files import write_all
 
 # Endings a --plot stem may carry by habit; the PNG and the HTML page are both written.
 FIGURE_SUFFIXES = (".png", ".html", ".htm", ".svg")
@@ -33,11 +33,13 @@ def pyplot() -> Any:
 
 
 def save_figure(fig: Any, stem: str | Path, *, title: str = "",
-                table: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
+                table: list[dict[str, Any]] | None = None,
+                into: dict[Path, str | bytes] | None = None) -> tuple[Path, Path]:
     """Write ``stem``.png and ``stem``.html (the figure as inline SVG, then the data as a
     table, so the page is readable offline and the numbers can be copied). A stem that
     already ends in a figure's ending (``FIGURE_SUFFIXES``) loses it; any other dot stays
-    part of the name (``llama-3.1-8b`` writes ``llama-3.1-8b.png``)."""
+    part of the name (``llama-3.1-8b`` writes ``llama-3.1-8b.png``). With ``into`` the two
+    files join that set instead (the caller writes it whole, ``files.write_all``)."""
     stem = Path(stem)
     if stem.suffix.lower() in FIGURE_SUFFIXES:
         stem = stem.with_suffix("")
@@ -46,11 +48,15 @@ def save_figure(fig: Any, stem: str | Path, *, title: str = "",
     fig.savefig(png, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
     svg = io.StringIO()
     fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None})
-    png_path = write_atomic(stem.with_name(stem.name + ".png"), png.getvalue())
-    page = _page(title or stem.name, svg.getvalue(), table or [])
-    html_path = write_atomic(stem.with_name(stem.name + ".html"), page)
+    png_path, html_path = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".html")
+    files = {png_path: png.getvalue(), html_path: _page(title or stem.name, svg.getvalue(),
+                                                          table or [])}
     pyplot().close(fig)
-    return png_path, html_path
+    if into is not None:
+        into.update(files)
+        return png_path, html_path
+    written = write_all(files)
+    return written[0], written[1]
 
 
 def _page(title: str, svg: str, table: list[dict[str, Any]]) -> str:

@@ -206,7 +206,8 @@ def _step_name(decodes: int, prefill_tokens: int, prefill_seqs: int) -> str:
     return f"prefill {prefill_seqs} × {prefill_tokens // max(prefill_seqs, 1)} tok"
 
 
-def plot_latencies(metrics: Any, stem: str | Path, title: str) -> tuple[Path, Path]:  # noqa: ANN401
+def plot_latencies(metrics: Any, stem: str | Path, title: str,
+                   into: dict | None = None) -> tuple[Path, Path]:  # noqa: ANN401
     """Cumulative distributions of TTFT, TPOT, ITL and E2E latency."""
     import numpy as np
 
@@ -227,10 +228,11 @@ def plot_latencies(metrics: Any, stem: str | Path, title: str) -> tuple[Path, Pa
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("fraction of requests (ITL: of gaps)")
     fig.suptitle(_wrapped(title, 160))
-    return save_figure(fig, stem, title=title, table=table)
+    return save_figure(fig, stem, title=title, table=table, into=into)
 
 
-def plot_load(sim: Any, stem: str | Path, title: str) -> tuple[Path, Path]:  # noqa: ANN401
+def plot_load(sim: Any, stem: str | Path, title: str,
+              into: dict | None = None) -> tuple[Path, Path]:  # noqa: ANN401
     """Queue length, decode batch and KV-cache use over time, one line per replica."""
     from phasewise.report.plots import pyplot, save_figure
     from phasewise.serving.metrics import step_table
@@ -266,7 +268,7 @@ def plot_load(sim: Any, stem: str | Path, title: str) -> tuple[Path, Path]:  # n
     if len(sim.replicas) <= 8:
         axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(_wrapped(title))
-    return save_figure(fig, stem, title=title, table=table)
+    return save_figure(fig, stem, title=title, table=table, into=into)
 
 
 def _wrapped(title: str, width: int = 110) -> str:
@@ -276,7 +278,8 @@ def _wrapped(title: str, width: int = 110) -> str:
     return "\n".join(textwrap.wrap(title, width)) or title
 
 
-def plot_sweep(summaries: list[Any], stem: str | Path, title: str) -> tuple[Path, Path]:  # noqa: ANN401
+def plot_sweep(summaries: list[Any], stem: str | Path, title: str,
+               into: dict | None = None) -> tuple[Path, Path]:  # noqa: ANN401
     """p50 and p99 TTFT and TPOT, and throughput, against the offered load."""
     from phasewise.report.plots import pyplot, save_figure
 
@@ -301,4 +304,5 @@ def plot_sweep(summaries: list[Any], stem: str | Path, title: str) -> tuple[Path
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title)
-    return save_figure(fig, stem, title=title, table=[sweep_row(s) for s in summaries])
+    return save_figure(fig, stem, title=title, table=[sweep_row(s) for s in summaries],
+                       into=into)
