@@ -124,3 +124,18 @@ def test_a_repo_id_not_in_the_cache_is_never_downloaded(tmp_path, monkeypatch):
 def test_unknown_model_suggests_the_nearest_names():
     with pytest.raises(InputError, match="llama-3.1-8b"):
         load_model("llama-3.1-8bb")
+
+
+def test_the_readme_counts_are_the_catalogs():
+    """The README's model and device counts are what `phasewise catalog` lists."""
+    import re
+    from pathlib import Path
+
+    from phasewise.catalog import hardware_names
+    from phasewise.catalog.models import model_names
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    models = re.search(r"`phasewise catalog models`: (\d+)", readme)
+    sheets = re.search(r"A device is a catalog name \((\d+) sheets", readme)
+    assert models and int(models.group(1)) == len(model_names())
+    assert sheets and int(sheets.group(1)) == len(hardware_names())
