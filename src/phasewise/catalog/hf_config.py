@@ -43,7 +43,7 @@ HARMLESS_KEYS = {
     "moe_capacity_factor", "linear_bias", "ffn_bias", "attn_implementation",
     "_attn_implementation", "moe_router_enable_expert_bias", "e_score_correction_bias",
     "rope_interleave", "partial_rotary_factor", "use_shared_expert_gate", "expert_router_dtype",
-    "layer_norm_type", "num_experts_per_group", "mlp_layer_types", "attn_layer_indices_note",
+    "layer_norm_type", "num_experts_per_group", "mlp_layer_types",
     "use_sliding_window", "max_window_layers", "moe_router_topk", "time_step_limit",
     "time_step_min", "time_step_max", "time_step_floor", "rescale_prenorm_residual",
     "residual_in_fp32", "head_dim_original", "attention_window_size", "query_pre_attn_scalar",

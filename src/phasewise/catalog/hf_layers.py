@@ -34,8 +34,6 @@ from phasewise.specs.model import (
     ShortConv,
 )
 
-# Activations of a plain (two-matrix) MLP: up, activation, down.
-UNGATED_ACTIVATIONS = {"relu2", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "gelu_fast"}
 # Llama-4 leaves every 4th layer without RoPE, global; the others attend in chunks
 # (transformers Llama4TextConfig: no_rope_layer_interval = 4).
 LLAMA4_NO_ROPE_INTERVAL = 4

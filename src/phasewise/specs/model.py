@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from phasewise.errors import InputError
-from phasewise.specs.precision import MODULE_CLASSES  # noqa: F401  (the classes formats name)
 
 # ---- token mixers -------------------------------------------------------------------------
 
