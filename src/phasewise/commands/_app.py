@@ -208,6 +208,15 @@ def _piped_width() -> int:
 
 
 # Options several verbs share, declared once so their names, defaults and help agree.
+def task_option() -> Any:
+    from phasewise.catalog.speculative import DEFAULT_TASK, TASKS
+
+    return typer.Option(DEFAULT_TASK, "--task",
+                        help=f"Task kind of the traffic ({', '.join(TASKS)}): speculative "
+                             "decoding takes the published acceptance of its draft kind on "
+                             "this task (catalog/speculative.toml); --spec-accept overrides.")
+
+
 def weight_dtype_option() -> Any:
     return typer.Option("auto", "--weight-dtype",
                         help="Weight format: auto (the checkpoint's own quantization_config, per "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from phasewise.catalog.speculative import DEFAULT_TASK, check_task
 from phasewise.commands._app import given, number, refuse_unused, split_list, whole
 from phasewise.errors import InputError
 
@@ -74,7 +75,8 @@ class WhatIfFlags:
     """The what-if flags of `phasewise estimate`, gathered so the verb stays short."""
 
     def __init__(self, *, what_if: list[str] | None = None, draft: str | None = None,
-                 draft_head: str | None = None, spec_tokens: int = 4, spec_accept: str = "0.7",
+                 draft_head: str | None = None, spec_tokens: int = 4, spec_accept: str | None = None,
+                 task: str = DEFAULT_TASK,
                  prefill_hardware: str | None = None, decode_hardware: str | None = None,
                  prefill_pool: int | None = None, decode_pool: int | None = None,
                  prefill_tp: int | None = None, decode_tp: int | None = None,
@@ -84,6 +86,7 @@ class WhatIfFlags:
         self.draft, self.draft_head = draft, fraction(draft_head, "--draft-head")
         self.spec_tokens = whole(spec_tokens, "--spec-tokens", maximum=MAX_SPEC_TOKENS)
         self.spec_accept = fraction(spec_accept, "--spec-accept", minimum=0.0, below=1.0)
+        self.task = check_task(task)
         self.prefill_hardware, self.decode_hardware = prefill_hardware, decode_hardware
         self.prefill_pool, self.decode_pool = prefill_pool, decode_pool
         self.prefill_tp, self.decode_tp = prefill_tp, decode_tp
@@ -99,7 +102,7 @@ class WhatIfFlags:
 
     def _refuse_unused(self) -> None:
         if not self.speculative:
-            refuse_unused(given("spec_tokens", "spec_accept"), "--draft or --draft-head")
+            refuse_unused(given("spec_tokens", "spec_accept", "task"), "--draft or --draft-head")
         if not self.disaggregated:
             refuse_unused(given("prefill_pool", "decode_pool", "prefill_tp", "decode_tp",
                                 "link", "link_bandwidth", "link_latency", "mix"),
@@ -138,7 +141,7 @@ class WhatIfFlags:
         if self.speculative:
             result = speculative(model, device, workload, precision, par, draft=self.draft,
                                  draft_head_fraction=self.draft_head, spec_tokens=self.spec_tokens,
-                                 spec_accept=self.spec_accept, cost=cost)
+                                 spec_accept=self.spec_accept, task=self.task, cost=cost)
             out.append(("speculative", result, view.speculative_rows(result),
                         view.speculative_table(result)))
         if self.disaggregated:

@@ -25,6 +25,7 @@ from phasewise.commands._app import (
     osl_option,
     pp_option,
     split_list,
+    task_option,
     weight_dtype_option,
 )
 from phasewise.commands._whatif import WhatIfFlags, fraction, priced_device, render_whatifs
@@ -71,8 +72,10 @@ def estimate(
                                              "with an EAGLE/MTP-style head costing this fraction "
                                              "of the target's layers."),
     spec_tokens: int = typer.Option(4, "--spec-tokens", help="Draft tokens per round (γ)."),
-    spec_accept: str = typer.Option("0.7", "--spec-accept",
-                                    help="Per-token acceptance rate α in [0, 1)."),
+    spec_accept: str | None = typer.Option(None, "--spec-accept", help="Per-token "
+                                              "acceptance rate α in [0, 1) (default: the "
+                                              "published figure for the draft and --task)."),
+    task: str = task_option(),
     prefill_hardware: str | None = typer.Option(None, "--prefill-hardware",
                                                    help="Disaggregated serving: prefill pool device."),
     decode_hardware: str | None = typer.Option(None, "--decode-hardware",
@@ -111,7 +114,7 @@ def estimate(
     keep = fraction(kv_keep, "--kv-keep")
     precision = Precision(weight_dtype, act_dtype, kv_dtype, 1.0 if keep is None else keep)
     whatifs = WhatIfFlags(what_if=what_if, draft=draft, draft_head=draft_head,
-                          spec_tokens=spec_tokens, spec_accept=spec_accept,
+                          spec_tokens=spec_tokens, spec_accept=spec_accept, task=task,
                           prefill_hardware=prefill_hardware, decode_hardware=decode_hardware,
                           prefill_pool=prefill_pool, decode_pool=decode_pool,
                           prefill_tp=prefill_tp, decode_tp=decode_tp, link=link,

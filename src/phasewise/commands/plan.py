@@ -7,7 +7,15 @@ from typing import Any
 
 import typer
 
-from phasewise.commands._app import app, check_format, console, echo, ints, split_list
+from phasewise.commands._app import (
+    app,
+    check_format,
+    console,
+    echo,
+    ints,
+    split_list,
+    task_option,
+)
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -74,8 +82,9 @@ def plan(
     spec_tokens: int | None = typer.Option(None, "--spec-tokens", help="Draft tokens a round "
                                               "(default: the model's MTP modules, else 3)."),
     spec_accept: float | None = typer.Option(None, "--spec-accept", help="Per-token "
-                                                "acceptance (default: 0.85 with MTP heads, "
-                                                "else 0.7)."),
+                                                "acceptance (default: the published figure "
+                                                "for the draft kind and --task)."),
+    task: str = task_option(),
     draft: str | None = typer.Option(None, "--draft", help="A draft model instead of the "
                                         "model's MTP head or a one-layer head."),
     max_gpus: int | None = typer.Option(None, "--max-gpus", help="Budget: devices in all."),
@@ -186,6 +195,7 @@ def _trace_load(path: str) -> Any:
 
 def _space(flags: dict[str, Any], resolve_prices) -> Any:  # noqa: ANN001
     from phasewise.catalog import hardware_names, load_hardware
+    from phasewise.catalog.speculative import check_task
     from phasewise.estimate.cost_energy import with_price
     from phasewise.plan import SearchSpace
 
@@ -219,7 +229,7 @@ def _space(flags: dict[str, Any], resolve_prices) -> Any:  # noqa: ANN001
         max_devices=flags["max_gpus"], max_usd_per_hour=flags["max_usd_per_hour"],
         engines=tuple(split_list(flags["engine"], "--engine", str)) if flags["engine"] else (None,),
         cost=flags["cost"], link=flags["kv_link"], spec_tokens=flags["spec_tokens"],
-        spec_accept=flags["spec_accept"], draft=flags["draft"])
+        spec_accept=flags["spec_accept"], draft=flags["draft"], task=check_task(flags["task"]))
 
 
 def _basis_of(device: Any) -> str:

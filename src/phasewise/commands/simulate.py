@@ -25,6 +25,7 @@ from phasewise.commands._app import (
     numbers,
     refuse_unused,
     split_list,
+    task_option,
     weight_dtype_option,
 )
 from phasewise.commands._whatif import MAX_SPEC_TOKENS
@@ -145,8 +146,10 @@ def simulate(
                                                "decoding with a head costing this fraction of "
                                                "the target's layers (EAGLE/MTP style)."),
     spec_tokens: int = typer.Option(4, "--spec-tokens", help="Draft tokens per round (γ)."),
-    spec_accept: float = typer.Option(0.7, "--spec-accept",
-                                      help="Per-token acceptance of the draft (α)."),
+    spec_accept: float | None = typer.Option(None, "--spec-accept", help="Per-token "
+                                                "acceptance of the draft (α; default: the "
+                                                "published figure for the draft and --task)."),
+    task: str = task_option(),
     num_requests: int = typer.Option(1000, "--num-requests", "-n", help="Requests to send."),
     request_rate: str | None = typer.Option(None, "--rate", help="Open loop: requests per "
                                                "second; a comma list sweeps."),
@@ -204,7 +207,11 @@ def simulate(
     quantiles = _percentiles(percentiles)
     speculation = None
     if draft is not None or draft_head is not None:
-        speculation = Speculation(spec_tokens, spec_accept, draft, draft_head)
+        from phasewise.catalog.speculative import resolve_acceptance
+
+        acceptance = resolve_acceptance(spec_accept, "head" if draft is None else "model", task)
+        speculation = Speculation(spec_tokens, acceptance.alpha, draft, draft_head,
+                                  source=f"{acceptance.task}: {acceptance.source}")
         speculation.tokens_per_round  # noqa: B018 - checks γ and α before anything runs
     par = _parallelism(tp, pp, ep, attention_dp)
     preset = _preset(engine, hardware, par, cuda_graph_sizes, memory_fraction, host_overhead,
@@ -268,7 +275,7 @@ def _check_flags(flags: dict[str, Any]) -> None:
         refuse_unused(given("prefill_replicas", "decode_replicas", "decode_hardware",
                             "prefill_tp", "decode_tp", "kv_link"), "--scheduler disaggregated")
     if flags["draft"] is None and flags["draft_head"] is None:
-        refuse_unused(given("spec_tokens", "spec_accept"), "--draft or --draft-head")
+        refuse_unused(given("spec_tokens", "spec_accept", "task"), "--draft or --draft-head")
     if flags["arrival"] != "gamma":
         refuse_unused(given("cv"), "--arrival gamma")
     if flags["clients"] is None:

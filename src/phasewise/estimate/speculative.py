@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from phasewise.catalog.speculative import DEFAULT_TASK, resolve_acceptance
 from phasewise.cost import CostModel
 from phasewise.cost.registry import DEFAULT_COST_MODEL
 from phasewise.errors import InputError
@@ -123,10 +124,15 @@ def draft_weight_bytes(draft: ModelSpec, precision: Precision, par: Parallelism,
 def speculative(model: ModelSpec | str, hardware: HardwareSpec | str, workload: Workload,
                 precision: Precision = Precision(), parallelism: Parallelism = Parallelism(), *,
                 draft: ModelSpec | str | None = None, draft_head_fraction: float | None = None,
-                spec_tokens: int = 4, spec_accept: float = 0.7,
-                batches: tuple[int, ...] = DEFAULT_SPEC_BATCHES,
+                spec_tokens: int = 4, spec_accept: float | None = None,
+                task: str = DEFAULT_TASK, batches: tuple[int, ...] = DEFAULT_SPEC_BATCHES,
                 cost: Cost = DEFAULT_COST_MODEL) -> SpeculativeReport:
-    """TPOT with and without speculation at the workload's batch and across ``batches``."""
+    """TPOT with and without speculation at the workload's batch and across ``batches``.
+    ``spec_accept`` None: the documented acceptance of the draft kind on ``task`` work
+    (``catalog/speculative.toml``)."""
+    kind = "mtp" if draft == MTP_DRAFT else "head" if draft is None else "model"
+    acceptance = resolve_acceptance(spec_accept, kind, task)
+    spec_accept = acceptance.alpha
     check_speculation(spec_accept, spec_tokens)
     target, device, cost_model = resolve(model, hardware, cost)
     precision = precision.for_model(target)  # 'auto': the checkpoint's formats
@@ -161,6 +167,7 @@ def speculative(model: ModelSpec | str, hardware: HardwareSpec | str, workload: 
     return SpeculativeReport(
         tool_version=__version__, model=target.name, hardware=device.name, draft=drafter.name,
         draft_kind="head" if head else "model", spec_tokens=spec_tokens, spec_accept=spec_accept,
+        task=acceptance.task, spec_accept_source=acceptance.source,
         expected_tokens_per_round=expected, isl=workload.isl, osl=workload.osl,
         batch_size=workload.batch_size, at_batch=point(workload.batch_size),
         points=[point(b) for b in sizes], draft_weights_bytes=draft_weights,

@@ -163,6 +163,8 @@ class SpeculativeReport(_Document):
     draft_kind: str  # "model" | "head"
     spec_tokens: int  # γ
     spec_accept: float  # α, per token
+    task: str = "chat"  # the task kind whose documented acceptance is the default
+    spec_accept_source: str = ""  # where α came from: the catalog figure, or the user
     expected_tokens_per_round: float  # (1 − α^(γ+1)) / (1 − α)
     isl: int
     osl: int

@@ -130,7 +130,8 @@ def _prepare(study: Study) -> _Prepared:
     speculation = None
     if True in space.speculation:
         speculation = default_speculation(study.model, spec, tokens=space.spec_tokens,
-                                          accept=space.spec_accept, draft=space.draft)
+                                          accept=space.spec_accept, draft=space.draft,
+                                          task=space.task)
     longest = problem.traffic.longest_tokens
     disagg_chunk = max(DISAGG_MIN_BUDGET, longest)
     chunks = tuple(sorted(set(space.chunk_tokens) | (

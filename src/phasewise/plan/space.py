@@ -158,6 +158,7 @@ class SearchSpace:
     spec_tokens: int | None = None  # None: the default of the draft kind
     spec_accept: float | None = None  # None: the documented default of the draft kind
     draft: str | None = None  # a draft model; None: the model's MTP head or a one-layer head
+    task: str = "chat"  # the task kind whose published acceptance is the default (--task)
 
     def __post_init__(self) -> None:
         if not self.hardware:

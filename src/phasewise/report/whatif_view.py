@@ -77,6 +77,7 @@ def speculative_table(s: SpeculativeReport) -> Group:
                       f"{p.speedup:.2f}×", p.verify_bound, "yes" if p.fits else "no", style=style)
     at = s.at_batch
     lines = [
+        f"• Acceptance α={s.spec_accept:g} ({s.task}): {s.spec_accept_source}",
         "• Expected tokens per round: (1 − α^(γ+1)) / (1 − α) = "
         f"{s.expected_tokens_per_round:.3f}.",
         f"• At batch {s.batch_size}: TPOT {seconds(at.tpot_baseline_s)} → {seconds(at.tpot_s)} "

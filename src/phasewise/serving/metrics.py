@@ -14,6 +14,7 @@ import numpy as np
 from phasewise.serving.replica import Replica
 from phasewise.serving.simulator import Simulation
 from phasewise.serving.types import LatencyStats, PoolInputs, SimInputs, SimSummary, SloReport
+from phasewise.specs.precision import MODULE_CLASSES
 from phasewise.version import __version__
 
 
@@ -278,13 +279,18 @@ def _inputs(sim: Simulation, workload: dict) -> SimInputs:
             weights_bytes=cap.weights_bytes))
     limits = sim.replicas[0].limits
     disaggregated = any(r.role == "decode" for r in sim.replicas)
+    # The formats the steps were priced in: 'auto' resolved to the checkpoint's own, as the
+    # estimate's inputs name them.
+    precision = sim.replicas[0].pricer.precision
     return SimInputs(
         model=sim.model.name, pools=pools, scheduler=server.scheduler,
         max_num_seqs=limits.max_seqs, max_num_batched_tokens=limits.max_batched_tokens,
         block_size=server.block_tokens, load_balancer=server.load_balancer,
         kv_link=server.kv_link if disaggregated else None,
-        weight_dtype=server.precision.weights, act_dtype=server.precision.activations,
-        kv_dtype=server.precision.kv_cache, cost_model=sim.cost_model,
+        weight_dtype=precision.weights, act_dtype=precision.activations,
+        kv_dtype=precision.kv_cache,
+        weight_formats={cls: precision.weight_format_for(cls) for cls in MODULE_CLASSES},
+        formats_source=precision.source or "--weight-dtype", cost_model=sim.cost_model,
         engine=getattr(sim.replicas[0].pricer.cost, "engine", None),
         engine_preset=server.preset.label if server.preset else None,
         calibration=str(server.calibration) if server.calibration else "bundled",
@@ -309,5 +315,6 @@ def _speculation(spec) -> str | None:  # noqa: ANN001
         return None
     draft = f"head {spec.draft_head_fraction:g}" if spec.draft is None else \
         getattr(spec.draft, "name", spec.draft)
-    return (f"{draft}, γ={spec.tokens}, α={spec.accept:g}: "
+    source = f" ({spec.source})" if spec.source else ""
+    return (f"{draft}, γ={spec.tokens}, α={spec.accept:g}{source}: "
             f"{float(spec.tokens_per_round):.3f} tokens a round")

@@ -45,6 +45,7 @@ class Speculation:
     accept: float = 0.7
     draft: str | ModelSpec | None = None
     draft_head_fraction: float | None = None
+    source: str = ""  # where ``accept`` came from (a catalog figure, or the user)
 
     @property
     def tokens_per_round(self) -> Fraction:

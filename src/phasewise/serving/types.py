@@ -38,6 +38,10 @@ class SimInputs(_Frozen):
     weight_dtype: str
     act_dtype: str
     kv_dtype: str
+    # Each module class's weight format, and where the formats came from (the checkpoint's
+    # quantization_config, or --weight-dtype).
+    weight_formats: dict[str, str] = {}
+    formats_source: str | None = None
     cost_model: str
     engine: str | None  # the calibrated model's engine profile; None under speed of light
     engine_preset: str | None = None  # the serving engine's scheduler preset (vllm@0.19)
