@@ -178,8 +178,9 @@ def test_a_job_can_be_cancelled(client):
 
 
 def test_a_job_past_its_time_limit_is_stopped():
-    # The limit is checked when the job is polled: poll just past a 10 ms limit, sooner than
-    # a job's process can start, run 5,000 requests and answer.
+    # A job still running when polled past its limit is stopped: poll just past a 10 ms
+    # limit, sooner than a job's process can start, run 5,000 requests and answer (an answer
+    # that does arrive is judged by its own finish time, tests/test_web_jobs.py).
     with TestClient(create_app(job_seconds=0.01), raise_server_exceptions=False) as c:
         job = c.post("/api/jobs/simulate", json={"num_requests": "5000", "rate": "50"}).json()
         time.sleep(0.02)
