@@ -288,7 +288,7 @@ def _inputs(study: Any, prepared: Any) -> dict:
         "kv_dtypes": list(space.kv_dtypes), "max_num_seqs": list(space.max_seqs),
         "max_num_batched_tokens": list(space.chunk_tokens), "layouts": list(space.layouts),
         "mixed_pools": space.mixed_pools, "speculation": list(space.speculation),
-        "draft": None if spec is None else {
+        "task": space.task, "draft": None if spec is None else {
             "tokens": spec.tokens, "accept": spec.accept, "head_fraction": spec.head_fraction,
             "draft": spec.draft, "source": spec.source},
         "max_devices": space.max_devices, "max_usd_per_hour": space.max_usd_per_hour,
