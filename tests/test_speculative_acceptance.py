@@ -176,3 +176,23 @@ def test_plan_speculates_for_code_at_a_tight_tpot_at_the_cited_acceptance():
     assert draft["accept"] == pytest.approx(HEAD_CODE, abs=TOLERANCE)
     assert "kimi-k2.5-eagle3" in draft["source"] and "HumanEval" in draft["source"]
     assert f"--spec-accept {draft['accept']:g}" in report.chosen.simulate_command
+
+
+def test_simulate_inputs_name_the_checkpoints_formats_not_auto():
+    # DeepSeek-V3's config.json declares quantization_config {quant_method: fp8,
+    # weight_block_size: [128, 128]}: fp8 weights with block scales, read by `auto`.
+    config = json.loads((SPECULATIVE_PATH.parent / "models" / "deepseek-v3.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "fp8"
+    common = ("--model", "deepseek-v3", "--hardware", "h200-sxm", "--tp", "8", "--osl", "16",
+              "--format", "json")
+    code, out, _ = _cli("simulate", *common, "--isl", "256", "--rate", "1", "-n", "10")
+    assert code == 0
+    served = json.loads(out)["inputs"]
+    code, out, _ = _cli("estimate", *common)
+    assert code == 0
+    estimated = json.loads(out)["inputs"]
+    assert served["weight_dtype"] != "auto" and served["weight_dtype"].startswith("fp8")
+    assert served["weight_formats"]["experts"].startswith("fp8")
+    assert served["formats_source"].startswith("quantization_config")
+    for key in ("weight_dtype", "kv_dtype", "weight_formats", "formats_source"):
+        assert served[key] == estimated[key], key

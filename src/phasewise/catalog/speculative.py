@@ -70,7 +70,8 @@ def check_task(task: str) -> str:
         return name
     near = difflib.get_close_matches(name, TASKS, n=1)
     hint = f" (did you mean {near[0]}?)" if near else ""
-    raise InputError(f"--task {task}: unknown task kind{hint}; choose one of "
+    shown = str(task).strip() or "''"
+    raise InputError(f"--task {shown}: unknown task kind{hint}; choose one of "
                      f"{', '.join(TASKS)}.")
 
 

@@ -12,7 +12,9 @@ from phasewise.commands._app import (
     check_format,
     console,
     echo,
+    given,
     ints,
+    refuse_unused,
     split_list,
     task_option,
 )
@@ -216,6 +218,8 @@ def _space(flags: dict[str, Any], resolve_prices) -> Any:  # noqa: ANN001
     spec = split_list(flags["speculation"], "--speculation", str)
     if any(s not in onoff for s in spec):
         raise InputError(f"--speculation {flags['speculation']}: give off, on or off,on.")
+    if "on" not in spec:
+        refuse_unused(given("spec_tokens", "spec_accept", "draft", "task"), "--speculation on")
     return SearchSpace(
         hardware=priced, tp=tuple(ints(flags["tp"], "--tp")), pp=tuple(ints(flags["pp"], "--pp")),
         ep=tuple(ints(flags["ep"], "--ep")) if flags["ep"] else None,
