@@ -5,7 +5,7 @@ unless the user gives one."""
 
 from __future__ import annotations
 
-from phasewise.catalog.speculative import DEFAULT_TASK, resolve_acceptance
+from phasewise.catalog.speculative import DEFAULT_TASK, Acceptance, resolve_acceptance
 from phasewise.plan.space import Speculation
 from phasewise.specs import ModelSpec
 
@@ -37,5 +37,5 @@ def default_speculation(model_ref: str, model: ModelSpec, *, tokens: int | None,
                        _label(acceptance, "a one-layer draft head"))
 
 
-def _label(acceptance, draft: str) -> str:  # noqa: ANN001
+def _label(acceptance: Acceptance, draft: str) -> str:
     return f"{draft}, {acceptance.task} traffic: acceptance {acceptance.source}"
