@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tomllib
 from contextlib import redirect_stderr, redirect_stdout
 
@@ -176,6 +177,11 @@ def test_plan_speculates_for_code_at_a_tight_tpot_at_the_cited_acceptance():
     assert draft["accept"] == pytest.approx(HEAD_CODE, abs=TOLERANCE)
     assert "kimi-k2.5-eagle3" in draft["source"] and "HumanEval" in draft["source"]
     assert f"--spec-accept {draft['accept']:g}" in report.chosen.simulate_command
+    # The head drafts 3 tokens a round, as the card's runs did, so a round yields the card's
+    # published τ 3.285 (to the two digits the reason shows).
+    assert draft["tokens"] == 3
+    shown = re.search(r"speculation yields ([0-9.]+) tokens a round", report.chosen.why)
+    assert shown is not None and float(shown.group(1)) == pytest.approx(3.285, abs=0.006)
 
 
 def test_simulate_inputs_name_the_checkpoints_formats_not_auto():
