@@ -18,6 +18,7 @@ from phasewise.ledger.memory import (  # noqa: E402
 from phasewise.measure.profile import precision_for  # noqa: E402
 from phasewise.measure.recurrent import delta_rule_scan  # noqa: E402
 from phasewise.measure.reference import build_model, decode_one_token, prefill  # noqa: E402
+from phasewise.measure.types import Ceilings  # noqa: E402
 from phasewise.specs import ModelSpec, Parallelism  # noqa: E402
 from phasewise.specs.model import (  # noqa: E402
     Attention,
@@ -35,6 +36,11 @@ from phasewise.specs.model import (  # noqa: E402
 
 H = 64  # hidden size of every layer below
 FP32 = precision_for("fp32")
+CEILINGS = Ceilings(device="cpu", device_name="test CPU", device_class="cpu", threads=1,
+                    clock="thread-cpu", versions={"torch": "x"}, memory_bytes=16e9,
+                    gemm_flops_per_s={"fp32": 1e11, "bf16": 2e11}, gemm_size=64,
+                    copy_bytes_per_s=2e10, read_bytes_per_s=2.5e10, buffer_bytes=2**20,
+                    warmup=0, repeats=1)
 
 # (mixer, hand count of its parameters at hidden 64)
 MIXERS = {
@@ -250,3 +256,88 @@ def test_a_layer_without_a_reference_form_is_refused_in_one_line_naming_it(layer
             as raised:
         build_model(spec)
     assert "\n" not in str(raised.value)
+
+
+# Nemotron-H's layout scaled down: Mamba-2 (8 heads × 16, state 16, 1 group, 4 taps), a
+# relu² MLP, GQA attention, as "M-*-".
+TINY_NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+                   "hidden_size": 64, "num_hidden_layers": 4, "hybrid_override_pattern": "M-*-",
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                   "intermediate_size": 96, "vocab_size": 256, "mamba_num_heads": 8,
+                   "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 1, "conv_kernel": 4,
+                   "mlp_hidden_act": "relu2", "tie_word_embeddings": False}
+# Qwen3-Next's layout scaled down: three Gated DeltaNet layers, then gated attention; MoE.
+TINY_QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+                   "hidden_size": 64, "num_hidden_layers": 4, "full_attention_interval": 4,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                   "intermediate_size": 96, "vocab_size": 256, "linear_num_key_heads": 2,
+                   "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+                   "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "num_experts": 4,
+                   "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                   "shared_expert_intermediate_size": 32, "tie_word_embeddings": False}
+
+
+def run_cli(*args):
+    from phasewise.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    return exit_info.value.code or 0
+
+
+def write_json(path, data):
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("config, non_attention", [
+    (TINY_NEMOTRON_H, {"mamba2/- ×1", "-/mlp96 ×2"}),
+    (TINY_QWEN3_NEXT, {"gated_deltanet/moe4x2 ×3"}),
+], ids=["nemotron-h", "qwen3-next"])
+def test_profile_runs_a_hybrid_end_to_end_and_splits_each_step_by_layer_group(
+        tmp_path, capsys, config, non_attention):
+    import json
+
+    from phasewise.catalog import load_model
+    from phasewise.ledger import Step, build_ledger
+    from phasewise.measure.calibrate import spec_from_document
+    from phasewise.measure.types import Profile
+
+    model = write_json(tmp_path / "tiny" / "config.json", config)
+    ceilings = write_json(tmp_path / "ceilings.json", json.loads(CEILINGS.model_dump_json()))
+    out = tmp_path / "profile.json"
+    args = ("profile", "--model", str(model), "--device", "cpu", "--ceilings", str(ceilings),
+            "--prompt-lengths", "12", "--batch-size", "1,2", "--context", "24", "--repeats", "2",
+            "--warmup", "0", "--out", str(out))
+    assert run_cli(*args) == 0
+    table = capsys.readouterr().out
+    assert "By layer group" in table and all(group in table for group in non_attention)
+    profile = Profile.model_validate_json(out.read_text())
+    spec = load_model(str(model))
+    assert spec_from_document(profile) == spec  # the document re-prices the same layers
+    assert [p.label for p in profile.points] == ["pp12", "tg@24×1", "tg@24×2"]
+    for point, step in zip(profile.points, (Step.prefill(12), Step.decode(1, 24),
+                                            Step.decode(2, 24)), strict=True):
+        ledger = build_ledger(spec, step, FP32)
+        groups = {row.layers: row for row in point.layers}
+        assert non_attention <= set(groups)
+        for group in non_attention:  # its ledger operators, and a measured share
+            ops = [op for op in ledger.ops if op.layers == group]
+            assert groups[group].flops == pytest.approx(sum(op.flops for op in ops))
+            assert groups[group].time_s > 0 and groups[group].sol_time_s > 0
+        assert sum(r.flops for r in point.layers) == pytest.approx(point.flops)
+        assert sum(r.time_s for r in point.layers) == pytest.approx(point.time_s)
+
+
+def test_real_weights_for_a_per_layer_model_are_refused_in_one_line(tmp_path, capsys):
+    model = write_json(tmp_path / "tiny" / "config.json", TINY_NEMOTRON_H)
+    assert run_cli("profile", "--model", str(model), "--weights", str(tmp_path / "tiny"),
+                   "--device", "cpu", "--ceilings", str(write_json(
+                       tmp_path / "c.json", CEILINGS.model_dump(mode="json"))),
+                   "--prompt-lengths", "8", "--batch-size", "1", "--context", "8") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --weights: real weights load into decoders whose layers "
+                          "share one geometry") and err.count("\n") == 1

@@ -11,6 +11,7 @@ points already measured when a run is interrupted.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from phasewise.ledger import (
     kv_cache_bytes_per_device,
     weight_bytes_per_device,
 )
+from phasewise.measure.layer_timing import MAX_INSTRUMENTED_PASSES, layer_rows, layer_shares
 from phasewise.measure.micro import available_memory_bytes, hardware_from_ceilings, torch_dtype
 from phasewise.measure.timing import Sample, time_call
 from phasewise.measure.types import Ceilings, ProfilePoint
@@ -126,7 +128,20 @@ def profile_points(model: Any, spec: ModelSpec, ceilings: Ceilings, plan: Profil
         graph = cuda_graphs and phase == "decode" and not syncs_with_host(model)
         sample, graphed = measure_step(model, tokens, group.cached_tokens, device=device,
                                        warmup=plan.warmup, repeats=plan.repeats, cuda_graph=graph)
-        yield make_point(phase, step, sample, spec, precision, hardware, ceilings, cost, graphed)
+        point = make_point(phase, step, sample, spec, precision, hardware, ceilings, cost, graphed)
+        run = functools.partial(_forward, model, tokens, group.cached_tokens)
+        shares = layer_shares(model, run, spec, device=device,
+                              passes=min(plan.repeats, MAX_INSTRUMENTED_PASSES))
+        ledger = build_ledger(spec, step, precision)
+        yield point.model_copy(update={"layers": layer_rows(ledger, hardware, shares,
+                                                            point.time_s, cost)})
+
+
+def _forward(model: Any, tokens: Any, start: int) -> Any:
+    from phasewise.measure.reference import decode_one_token, prefill
+
+    step = prefill if tokens.shape[1] > 1 else decode_one_token
+    return step(model, tokens, start)
 
 
 def measure_step(model: Any, tokens: Any, start: int, *, device: str, warmup: int,
