@@ -341,3 +341,31 @@ def test_real_weights_for_a_per_layer_model_are_refused_in_one_line(tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("error: --weights: real weights load into decoders whose layers "
                           "share one geometry") and err.count("\n") == 1
+
+
+KDA_ONLY = model_of(Layer(MIXERS["kda"][0], DenseMLP(96)), Layer(MIXERS["kda"][0], None),
+                    name="kda")
+
+
+@pytest.mark.parametrize("spec", [HYBRIDS[0], HYBRIDS[1], KDA_ONLY, HYBRIDS[5]],
+                         ids=lambda s: s.name)
+def test_a_hybrid_prefills_gemm_flops_match_the_ledger(spec):
+    """torch's FLOP counter over a real prefill: the projections of every layer kind (Mamba's
+    in/out, DeltaNet's, KDA's with its low-rank decay and gate, gated attention's doubled
+    query, short conv's, the linear maps, the routed experts on the tokens routed to them,
+    the LM head on the last token) are the ledger's GEMMs. (MLA's absorbed kv_b runs as
+    batched matmuls, which the counter files with attention's.)"""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from phasewise.ledger import Step, build_ledger
+
+    model = build_model(spec)
+    model.setup_caches(1, 16)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.inference_mode():
+        prefill(model, torch.randint(0, spec.vocab_size, (1, 16)))
+    counted = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    gemm = sum(n for op, n in counted.items() if op.endswith((".mm", ".addmm")))
+    ledger = build_ledger(spec, Step.prefill(16), FP32)
+    assert gemm == pytest.approx(sum(op.flops for op in ledger.ops if op.kind == "gemm"),
+                                 rel=1e-9)
