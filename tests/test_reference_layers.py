@@ -369,3 +369,62 @@ def test_a_hybrid_prefills_gemm_flops_match_the_ledger(spec):
     ledger = build_ledger(spec, Step.prefill(16), FP32)
     assert gemm == pytest.approx(sum(op.flops for op in ledger.ops if op.kind == "gemm"),
                                  rel=1e-9)
+
+
+def test_gpt_oss_swiglu_clamps_both_halves_and_offsets_the_up_half_by_one():
+    """gpt-oss: (clamp(up, ±7) + 1) · g·sigmoid(1.702·g) with g = min(gate, 7)."""
+    import math
+
+    from phasewise.measure.reference import ACTIVATIONS, gated_activation
+
+    fused = torch.tensor([[1.0, 10.0, 2.0, -9.0]])  # gates 1, 10; ups 2, −9
+    got = gated_activation(fused, 2, True, ACTIVATIONS["swigluoai"])
+    want = [1 / (1 + math.exp(-1.702)) * 3, 7 / (1 + math.exp(-7 * 1.702)) * -6]
+    assert got[0].tolist() == pytest.approx(want)
+
+
+def build_on_meta(spec):
+    from phasewise.measure.reference import Transformer
+
+    with torch.device("meta"):
+        return Transformer(spec)
+
+
+# One of each layout the catalog's readers produce: Mamba-2 hybrids, Gated DeltaNet with
+# gated attention, NAS blocks, interleaved MoE with chunked attention, sparse MLA,
+# per-layer attention geometry with a dense MLP beside the MoE, cross-attention, short conv.
+LAYOUTS = ["nemotron-h-56b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-thinking",
+           "qwen3.5-27b", "llama-3.3-nemotron-super-49b", "llama-4-maverick-17b-128e",
+           "deepseek-v3.2-nvfp4", "gemma-4-26b-a4b", "tests/data/configs/llama-3.2-90b-vision.json",
+           "tests/data/configs/lfm2.5-vl-1.6b.json", "tests/data/configs/mimo-v2-flash.json",
+           "tests/data/configs/nemotron-3-ultra-550b-a55b.json"]
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_every_layout_the_catalog_reads_builds_with_the_ledgers_parameter_count(name):
+    """Built on the meta device (no memory): the model cards' totals are checked against the
+    ledger in tests/check_configs.py; here the reference holds exactly the ledger's."""
+    from phasewise.catalog import load_model
+
+    spec = load_model(name)
+    assert sum(p.numel() for p in build_on_meta(spec).parameters()) == param_counts(spec).total
+
+
+@pytest.mark.slow
+def test_every_catalog_model_builds_with_the_ledgers_parameter_count_but_qkv_biases():
+    """Every catalog model and test config; Qwen2's QKV biases are held but, as everywhere
+    in the ledger, not counted."""
+    import glob
+    from pathlib import Path
+
+    from phasewise.catalog import load_model, model_names
+
+    refs = [*model_names(), *(p for p in sorted(glob.glob("tests/data/configs/*.json"))
+                              if "quant_config" not in p)]
+    assert len(refs) > 80
+    for ref in refs:
+        spec = load_model(ref)
+        model = build_on_meta(spec)
+        biases = sum(p.numel() for n, p in model.named_parameters() if n.endswith("wqkv.bias"))
+        held = sum(p.numel() for p in model.parameters())
+        assert held - biases == param_counts(spec).total, Path(ref).name

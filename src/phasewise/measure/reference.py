@@ -45,7 +45,20 @@ from phasewise.specs.model import MLP as MLPSpec
 # Models whose Hugging Face implementation adds a bias to the Q, K and V projections.
 QKV_BIAS_MODEL_TYPES = ("qwen2", "qwen2_moe")
 
+# gpt-oss's clamped SwiGLU ("swigluoai"; transformers' GptOssExperts): the configs' own
+# swiglu_alpha and swiglu_limit.
+SWIGLU_OAI_ALPHA = 1.702
+SWIGLU_OAI_LIMIT = 7.0
+
+
+def swiglu_oai_gate(x: torch.Tensor) -> torch.Tensor:
+    """The gate half of gpt-oss's SwiGLU: x·sigmoid(α·x) on x clamped above at the limit."""
+    x = x.clamp(max=SWIGLU_OAI_LIMIT)
+    return x * torch.sigmoid(SWIGLU_OAI_ALPHA * x)
+
+
 ACTIVATIONS = {
+    "swigluoai": swiglu_oai_gate,
     "silu": F.silu, "swish": F.silu, "relu": F.relu, "gelu": F.gelu,
     "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, Primer; Nemotron-H)
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
@@ -70,6 +83,8 @@ def gated_activation(up: torch.Tensor, width: int, gated: bool, act: Any) -> tor
     """act(gate) · up for a fused gate/up output, act(up) for an ungated one."""
     if gated:
         gate, up = up.split((width, width), dim=-1)
+        if act is swiglu_oai_gate:  # its up half is clamped and offset by one
+            return act(gate) * (up.clamp(-SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT) + 1)
         return act(gate) * up
     return act(up)
 
