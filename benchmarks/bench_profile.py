@@ -21,7 +21,12 @@ import torch
 from phasewise.catalog import load_model
 from phasewise.ledger import Step, build_ledger
 from phasewise.measure import ProfilePlan, measure_ceilings, prepare_model, profile_points
-from phasewise.measure.calibrate import calibrated_model, fit_calibration, spec_to_document
+from phasewise.measure.calibrate import (
+    calibrated_model,
+    fit_calibration,
+    spec_from_document,
+    spec_to_document,
+)
 from phasewise.measure.profile import precision_for
 from phasewise.measure.types import Profile
 from phasewise.specs import ModelSpec
@@ -51,8 +56,7 @@ def held_out_errors(calibrated_on: Profile, held_out: Profile) -> dict[str, floa
     """(predicted − measured) / measured for each prefill and batch-1 decode point."""
     result, hardware = fit_calibration([calibrated_on])
     cost = calibrated_model(result, hardware)
-    spec = ModelSpec(**{k: tuple(v) if isinstance(v, list) else v
-                        for k, v in held_out.model_spec.items()})
+    spec = spec_from_document(held_out)
     errors = {}
     for point in held_out.points:
         if point.phase == "decode" and point.batch_size != 1:
