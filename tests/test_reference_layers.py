@@ -428,3 +428,27 @@ def test_every_catalog_model_builds_with_the_ledgers_parameter_count_but_qkv_bia
         biases = sum(p.numel() for n, p in model.named_parameters() if n.endswith("wqkv.bias"))
         held = sum(p.numel() for p in model.parameters())
         assert held - biases == param_counts(spec).total, Path(ref).name
+
+
+@pytest.mark.parametrize("prompt", [6, 20], ids=["absorbed", "decompressed"])
+def test_sparse_mla_equals_dense_mla_when_top_k_covers_the_context_and_differs_below_it(prompt):
+    """The indexer only chooses keys: with top-k at least the context every key is chosen
+    and the sparse layer computes dense MLA; with top-k 2 it attends to fewer."""
+    def logits(index_topk):
+        sparse = LatentAttention(4, 20, 24, 8, 16, 12, index_topk=index_topk, index_heads=2,
+                                 index_head_dim=16)
+        spec = model_of(Layer(sparse, DenseMLP(96)), name=f"top{index_topk}")
+        model = build_model(spec, seed=5)
+        model.load_state_dict(dense_model.state_dict(), strict=False)  # the shared weights
+        with torch.inference_mode():
+            model.setup_caches(1, prompt)
+            return prefill(model, tokens)
+
+    dense_model = build_model(model_of(Layer(MIXERS["mla"][0], DenseMLP(96)), name="dense"),
+                              seed=6)
+    tokens = torch.randint(0, 101, (1, prompt), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        dense_model.setup_caches(1, prompt)
+        dense = prefill(dense_model, tokens)
+    torch.testing.assert_close(logits(index_topk=prompt), dense, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(logits(index_topk=2), dense, rtol=1e-3, atol=1e-3)

@@ -45,8 +45,8 @@ from phasewise.specs.model import MLP as MLPSpec
 # Models whose Hugging Face implementation adds a bias to the Q, K and V projections.
 QKV_BIAS_MODEL_TYPES = ("qwen2", "qwen2_moe")
 
-# gpt-oss's clamped SwiGLU ("swigluoai"; transformers' GptOssExperts): the configs' own
-# swiglu_alpha and swiglu_limit.
+# The clamped SwiGLU of gpt-oss and MiniMax-M3 ("swigluoai"; transformers' GptOssExperts),
+# with the swiglu_alpha and swiglu_limit their configs set.
 SWIGLU_OAI_ALPHA = 1.702
 SWIGLU_OAI_LIMIT = 7.0
 
