@@ -249,6 +249,10 @@ def test_a_mamba2_step_from_zero_state_is_dt_times_b_dot_c_times_x_plus_d_x():
     (Layer(Mamba2(heads=6, head_dim=16, state_size=16, groups=4, conv_kernel=4), None),
      "6 heads do not split into 4"),
     (Layer(Attention(4, 2, 15), None), "head_dim 15 is odd"),
+    (Layer(Mamba2(heads=8, head_dim=16, state_size=16, groups=0, conv_kernel=4), None),
+     "groups must be at least 1"),
+    (Layer(LatentAttention(4, 20, 24, 8, 16, 12, index_topk=4), None),
+     "index_heads, index_head_dim must be at least 1"),
 ])
 def test_a_layer_without_a_reference_form_is_refused_in_one_line_naming_it(layer, words):
     spec = model_of(layer, name="odd")
@@ -452,3 +456,13 @@ def test_sparse_mla_equals_dense_mla_when_top_k_covers_the_context_and_differs_b
         dense = prefill(dense_model, tokens)
     torch.testing.assert_close(logits(index_topk=prompt), dense, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(logits(index_topk=2), dense, rtol=1e-3, atol=1e-3)
+
+
+def test_profile_refuses_an_unbuildable_layer_before_measuring_anything(tmp_path, capsys):
+    config = TINY_QWEN3_NEXT | {"linear_num_value_heads": 3}  # not a multiple of 2 key heads
+    model = write_json(tmp_path / "odd" / "config.json", config)
+    assert run_cli("profile", "--model", str(model), "--device", "cpu") == 2
+    err = capsys.readouterr().err
+    assert "measuring" not in err and err.count("\n") == 1
+    assert err.startswith("error: model 'odd': the reference transformer cannot build its "
+                          "gated_deltanet/moe4x2 layers: 3 value heads are not a multiple of 2")

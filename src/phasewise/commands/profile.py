@@ -169,10 +169,12 @@ def _profile_model(device: str, dtype: str, model_ref: str | None, weights: str 
     from phasewise.measure.loading import check_loadable, resolve_spec
     from phasewise.measure.micro import measure_ceilings
     from phasewise.measure.profile import check_fits, prepare_model
+    from phasewise.measure.reference import check_buildable
     from phasewise.measure.types import Profile
     from phasewise.version import __version__
 
     spec = resolve_spec(model_ref or (None if weights else DEFAULT_MODEL), weights)
+    check_buildable(spec)  # before the ceilings are measured
     if weights:
         check_loadable(spec)
     check_fits(spec, plan, dtype, device)  # before anything is allocated

@@ -263,6 +263,17 @@ def check_buildable(spec: ModelSpec) -> None:
 
 def _unbuildable(mixer: layers.Mixer | None) -> str:
     """Why a mixer's geometry has no reference form, or ''."""
+    sizes = {layers.Mamba2: ("heads", "head_dim", "state_size", "groups", "conv_kernel"),
+             layers.LinearAttention: ("key_heads", "value_heads", "key_head_dim",
+                                      "value_head_dim", "conv_kernel"),
+             layers.ShortConv: ("width", "kernel"),
+             layers.CrossAttention: ("heads", "kv_heads", "head_dim")}
+    if isinstance(mixer, layers.LatentAttention) and mixer.index_topk:
+        sizes[layers.LatentAttention] = ("index_heads", "index_head_dim")
+    for kind, fields in sizes.items():
+        zero = [f for f in fields if isinstance(mixer, kind) and getattr(mixer, f) < 1]
+        if zero:
+            return f"{', '.join(zero)} must be at least 1"
     rope = {layers.Attention: "head_dim", layers.LatentAttention: "qk_rope_head_dim"}
     for kind, field in rope.items():
         if isinstance(mixer, kind) and getattr(mixer, field) % 2:
