@@ -37,10 +37,10 @@ LLAMA_SHAPED_111M = ModelSpec(name="llama-shaped-111m", hidden_size=1024, num_la
                               num_heads=16, num_kv_heads=4, head_dim=64, intermediate_size=2816,
                               vocab_size=32000, tie_word_embeddings=True, model_type="llama")
 PLAN = ProfilePlan(prompt_lengths=(512, 2048), batch_sizes=(1, 64), contexts=(128, 512),
-                   warmup=1, repeats=5)
+                   warmup=1, repeats=5, layer_passes=0)
 CALIBRATION_PLAN = ProfilePlan(prompt_lengths=(128, 256, 512, 1024), batch_sizes=(1,),
                                contexts=(128, 1024),
-                               warmup=1, repeats=5)
+                               warmup=1, repeats=5, layer_passes=0)
 TARGET_MFU, TARGET_MBU = 0.80, 0.60  # prefill vs GEMM ceiling; batch-1 decode vs copy bandwidth
 
 

@@ -46,13 +46,15 @@ class ProfilePlan:
     contexts: tuple[int, ...] = (512,)
     warmup: int = 1
     repeats: int = 5
+    # Instrumented passes per point that split its time by layer group (0: no split).
+    layer_passes: int = MAX_INSTRUMENTED_PASSES
 
     def __post_init__(self) -> None:
         for name in ("prompt_lengths", "batch_sizes", "contexts"):
             values = getattr(self, name)
             if any(v < 1 for v in values):
                 raise InputError(f"{name.replace('_', ' ')} must be positive, got {list(values)}.")
-        if self.repeats < 1 or self.warmup < 0:
+        if self.repeats < 1 or self.warmup < 0 or self.layer_passes < 0:
             raise InputError("--repeats must be at least 1 and --warmup at least 0.")
 
     @property
@@ -129,12 +131,14 @@ def profile_points(model: Any, spec: ModelSpec, ceilings: Ceilings, plan: Profil
         sample, graphed = measure_step(model, tokens, group.cached_tokens, device=device,
                                        warmup=plan.warmup, repeats=plan.repeats, cuda_graph=graph)
         point = make_point(phase, step, sample, spec, precision, hardware, ceilings, cost, graphed)
-        run = functools.partial(_forward, model, tokens, group.cached_tokens)
-        shares = layer_shares(model, run, spec, device=device,
-                              passes=min(plan.repeats, MAX_INSTRUMENTED_PASSES))
-        ledger = build_ledger(spec, step, precision)
-        yield point.model_copy(update={"layers": layer_rows(ledger, hardware, shares,
-                                                            point.time_s, cost)})
+        if plan.layer_passes:
+            run = functools.partial(_forward, model, tokens, group.cached_tokens)
+            shares = layer_shares(model, run, spec, device=device,
+                                  passes=min(plan.repeats, plan.layer_passes))
+            ledger = build_ledger(spec, step, precision)
+            point = point.model_copy(update={"layers": layer_rows(ledger, hardware, shares,
+                                                                  point.time_s, cost)})
+        yield point
 
 
 def _forward(model: Any, tokens: Any, start: int) -> Any:
