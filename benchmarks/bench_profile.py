@@ -21,7 +21,12 @@ import torch
 from phasewise.catalog import load_model
 from phasewise.ledger import Step, build_ledger
 from phasewise.measure import ProfilePlan, measure_ceilings, prepare_model, profile_points
-from phasewise.measure.calibrate import calibrated_model, fit_calibration, spec_to_document
+from phasewise.measure.calibrate import (
+    calibrated_model,
+    fit_calibration,
+    spec_from_document,
+    spec_to_document,
+)
 from phasewise.measure.profile import precision_for
 from phasewise.measure.types import Profile
 from phasewise.specs import ModelSpec
@@ -32,10 +37,10 @@ LLAMA_SHAPED_111M = ModelSpec(name="llama-shaped-111m", hidden_size=1024, num_la
                               num_heads=16, num_kv_heads=4, head_dim=64, intermediate_size=2816,
                               vocab_size=32000, tie_word_embeddings=True, model_type="llama")
 PLAN = ProfilePlan(prompt_lengths=(512, 2048), batch_sizes=(1, 64), contexts=(128, 512),
-                   warmup=1, repeats=5)
+                   warmup=1, repeats=5, layer_passes=0)
 CALIBRATION_PLAN = ProfilePlan(prompt_lengths=(128, 256, 512, 1024), batch_sizes=(1,),
                                contexts=(128, 1024),
-                               warmup=1, repeats=5)
+                               warmup=1, repeats=5, layer_passes=0)
 TARGET_MFU, TARGET_MBU = 0.80, 0.60  # prefill vs GEMM ceiling; batch-1 decode vs copy bandwidth
 
 
@@ -51,8 +56,7 @@ def held_out_errors(calibrated_on: Profile, held_out: Profile) -> dict[str, floa
     """(predicted − measured) / measured for each prefill and batch-1 decode point."""
     result, hardware = fit_calibration([calibrated_on])
     cost = calibrated_model(result, hardware)
-    spec = ModelSpec(**{k: tuple(v) if isinstance(v, list) else v
-                        for k, v in held_out.model_spec.items()})
+    spec = spec_from_document(held_out)
     errors = {}
     for point in held_out.points:
         if point.phase == "decode" and point.batch_size != 1:

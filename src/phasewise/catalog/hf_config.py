@@ -348,8 +348,9 @@ def _rope_and_norm(cfg: dict[str, Any]) -> dict[str, Any]:
     kind = scaling.get("rope_type") or scaling.get("type") or params.get("rope_type") or ""
     eps = cfg.get("rms_norm_eps") or cfg.get("layer_norm_epsilon") or cfg.get("layer_norm_eps") \
         or cfg.get("norm_eps") or 1e-5
-    act = cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") \
-        or "silu"
+    # Nemotron-H names its MLP's activation apart; its hidden_act is the Mamba mixer's.
+    act = cfg.get("mlp_hidden_act") or cfg.get("hidden_act") or cfg.get("hidden_activation") \
+        or cfg.get("activation_function") or "silu"
     return {"rope_theta": float(theta), "rope_scaling": "" if kind == "default" else str(kind),
             "norm_eps": float(eps), "hidden_act": str(act)}
 

@@ -129,7 +129,8 @@ def _plan(prompt_lengths: str, batch_size: str, context: str, repeats: int) -> A
 
     return ProfilePlan(tuple(ints(prompt_lengths, "--prompt-lengths", maximum=MAX_TOKENS)),
                        tuple(ints(batch_size, "--batch-size", maximum=MAX_TOKENS)),
-                       tuple(ints(context, "--context", maximum=MAX_TOKENS)), repeats=repeats)
+                       tuple(ints(context, "--context", maximum=MAX_TOKENS)), repeats=repeats,
+                       layer_passes=0)  # the fit reads whole steps
 
 
 def largest_that_fits(models: tuple[str, ...], plan: Any, dtype: str, where: str) -> str:

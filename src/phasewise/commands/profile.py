@@ -166,13 +166,17 @@ def _profile_model(device: str, dtype: str, model_ref: str | None, weights: str 
                    out: str | None, plot: str | None, fmt: str, cuda_graphs: bool, seed: int,
                    plan: Any) -> None:
     from phasewise.measure.calibrate import spec_to_document
-    from phasewise.measure.loading import resolve_spec
+    from phasewise.measure.loading import check_loadable, resolve_spec
     from phasewise.measure.micro import measure_ceilings
     from phasewise.measure.profile import check_fits, prepare_model
+    from phasewise.measure.reference import check_buildable
     from phasewise.measure.types import Profile
     from phasewise.version import __version__
 
     spec = resolve_spec(model_ref or (None if weights else DEFAULT_MODEL), weights)
+    check_buildable(spec)  # before the ceilings are measured
+    if weights:
+        check_loadable(spec)
     check_fits(spec, plan, dtype, device)  # before anything is allocated
     if ceilings_file:
         ceilings = _read_ceilings(ceilings_file)
@@ -224,6 +228,7 @@ def _render(document: Any, fmt: str, plot: str | None) -> None:
     from phasewise.report.output import rows_to_csv, rows_to_markdown, to_json
     from phasewise.report.profile_view import (
         ceilings_table,
+        layers_table,
         point_row,
         points_table,
         roofline_figure,
@@ -239,7 +244,10 @@ def _render(document: Any, fmt: str, plot: str | None) -> None:
     elif fmt == "csv":
         echo(rows_to_csv(point_row(p) for p in document.points))
     else:
-        console().print(ceilings_table(document.ceilings), points_table(document))
+        tables = [ceilings_table(document.ceilings), points_table(document)]
+        if any(p.layers for p in document.points):
+            tables.append(layers_table(document))
+        console().print(*tables)
 
 
 def _read_ceilings(path: str) -> Any:

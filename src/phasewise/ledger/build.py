@@ -373,15 +373,26 @@ def _indexer(model: ModelSpec, mixer: LatentAttention, step: Step, shard: _Shard
 def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
                       par: Parallelism, layers: str, calls: int) -> list[Op]:
     """Gated DeltaNet / KDA: projections, a short conv over q, k, v, the delta-rule update of
-    a fixed state (read and written once per sequence per step), a gated norm, out_proj."""
+    a fixed state (read and written once per sequence per step), a gated norm, out_proj.
+
+    Gated DeltaNet projects q, k, v, z and b, a per value head in one GEMM (Qwen3-Next's
+    in_proj_qkvz and in_proj_ba). KDA projects q, k, v, β per head and the two rank-d_v
+    down-projections of its decay and output gate (f_a, g_a, replicated across tensor-parallel
+    ranks) from the hidden state, then the up-projections (f_b to a decay per key channel,
+    g_b to the gate) from rank d_v (SGLang's KimiDeltaAttention)."""
     h, t, tp = model.hidden_size, shard.tokens, par.tp
     nk, nv = mixer.key_heads / tp, mixer.value_heads / tp
     dk, dv = mixer.key_head_dim, mixer.value_head_dim
     conv_channels = 2 * nk * dk + nv * dv
-    in_width = 2 * nk * dk + 2 * nv * dv + 2 * nv
     state = state_bytes_per_sequence(mixer, shard.kvb, tp)
-    return [
-        _gemm("linear_attn.in_proj", layers, calls, t, in_width, h, shard),
+    if mixer.variant == "kda":
+        projections = [
+            _gemm("linear_attn.in_proj", layers, calls, t, conv_channels + 2 * dv + nv, h, shard),
+            _gemm("linear_attn.lowrank_up", layers, calls, t, nk * dk + nv * dv, dv, shard)]
+    else:
+        projections = [_gemm("linear_attn.in_proj", layers, calls, t,
+                             2 * nk * dk + 2 * nv * dv + 2 * nv, h, shard)]
+    return projections + [
         Op("linear_attn.conv", "elementwise", layers, calls,
            CONV_FLOPS_PER_TAP * mixer.conv_kernel * conv_channels * t * calls,
            weights=conv_channels * mixer.conv_kernel * shard.wb * calls,

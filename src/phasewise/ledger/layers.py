@@ -72,15 +72,16 @@ def _(mixer: LatentAttention, hidden: int) -> float:
 def _(mixer: LinearAttention, hidden: int) -> float:
     """Gated DeltaNet (Qwen3-Next's Qwen3NextGatedDeltaNet): in_proj_qkvz, in_proj_ba, a
     depthwise conv over q, k, v, dt_bias and A_log per value head, a gated RMSNorm and
-    out_proj. Kimi Delta Attention (fla's KimiDeltaAttention): q, k, v projections, low-rank
-    decay (f_a, f_b) and output-gate (g_a, g_b) projections, beta, convs, A_log, dt_bias,
-    norm and o_proj."""
+    out_proj. Kimi Delta Attention (fla's and SGLang's KimiDeltaAttention): q, k, v
+    projections, low-rank decay (f_a, f_b: one decay per key channel) and output-gate
+    (g_a, g_b) projections of rank = head dim, b_proj (β per head), convs, A_log per head,
+    dt_bias per key channel, norm and o_proj."""
     nk, nv, dk, dv = mixer.key_heads, mixer.value_heads, mixer.key_head_dim, mixer.value_head_dim
     conv_channels = 2 * nk * dk + nv * dv
     if mixer.variant == "kda":
-        low_rank = 2 * (hidden * dv + dv * nv * dv)  # f_a/f_b and g_a/g_b, rank = head dim
+        low_rank = 2 * hidden * dv + dv * nk * dk + dv * nv * dv  # f_a/f_b, g_a/g_b
         return (hidden * conv_channels + low_rank + hidden * nv + conv_channels * mixer.conv_kernel
-                + 2 * nv + dv + nv * dv * hidden)
+                + nv + nk * dk + dv + nv * dv * hidden)
     projections = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv
     return (projections + conv_channels * mixer.conv_kernel + 2 * nv + dv + nv * dv * hidden)
 

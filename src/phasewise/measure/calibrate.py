@@ -24,6 +24,7 @@ from phasewise.measure.micro import hardware_from_ceilings, measured_name
 from phasewise.measure.profile import precision_for
 from phasewise.measure.types import Ceilings, Profile
 from phasewise.specs import HardwareSpec, ModelSpec
+from phasewise.specs import model as model_parts
 
 FIT_METHOD = ("Levenberg-Marquardt on ln(predicted/measured time), ridge toward each "
               "constant's prior (cost/fit.py), over phasewise profile runs on this machine")
@@ -37,17 +38,52 @@ def spec_from_document(profile: Profile) -> ModelSpec:
     known = _DOCUMENT_FIELDS
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in profile.model_spec.items()
               if k in known}
+    if profile.model_spec.get("layer_specs"):
+        fields["layer_specs"] = layers_from_document(profile.model_spec["layer_specs"])
     return ModelSpec(**fields)
 
 
-# The fields a profile document records: the uniform description the reference transformer
-# builds (its layers follow from them), not the derived per-layer views.
+# The fields a profile document records: the uniform description, and each layer's mixer
+# and MLP for a model given layer by layer (MTP layers and checkpoint formats are not run).
 _DOCUMENT_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec)
                          if f.init and f.name not in ("layer_specs", "mtp_layers", "checkpoint"))
+_PART_KINDS = {kind.__name__: kind for kind in (
+    model_parts.Attention, model_parts.LatentAttention, model_parts.LinearAttention,
+    model_parts.Mamba2, model_parts.ShortConv, model_parts.CrossAttention,
+    model_parts.LinearMixer, model_parts.DenseMLP, model_parts.MoE, model_parts.LinearMLP)}
+
+
+def layers_to_document(layers: Sequence[model_parts.Layer]) -> list[dict[str, Any]]:
+    """Each layer as {"mixer": {"kind": …, fields…} | None, "mlp": … | None}."""
+    def part(value: Any) -> dict[str, Any] | None:
+        return None if value is None else {"kind": type(value).__name__,
+                                           **dataclasses.asdict(value)}
+    return [{"mixer": part(layer.mixer), "mlp": part(layer.mlp)} for layer in layers]
+
+
+def layers_from_document(rows: Sequence[Any]) -> tuple[model_parts.Layer, ...]:
+    """The layers ``layers_to_document`` wrote; a malformed entry is refused in one line."""
+    def part(value: Any) -> Any:
+        if value is None:
+            return None
+        fields = dict(value) if isinstance(value, dict) else {}
+        kind = _PART_KINDS.get(str(fields.pop("kind", "")))
+        if kind is None:
+            raise InputError(f"profile document: unknown layer part {value!r}.")
+        try:
+            return kind(**fields)
+        except TypeError as error:
+            raise InputError(f"profile document: layer part {value!r}: {error}.") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise InputError("profile document: layer_specs must be a list of layers.")
+    return tuple(model_parts.Layer(part(r.get("mixer")), part(r.get("mlp"))) for r in rows)
 
 
 def spec_to_document(spec: ModelSpec) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in _DOCUMENT_FIELDS}
+    document = {name: getattr(spec, name) for name in _DOCUMENT_FIELDS}
+    if spec.layer_specs:
+        document["layer_specs"] = layers_to_document(spec.layer_specs)
+    return document
 
 
 def observations(profiles: Sequence[Profile], hardware: HardwareSpec) -> list[Any]:

@@ -49,8 +49,21 @@ def resolve_spec(model: str | None, weights: str | None) -> ModelSpec:
                      "--model as well.")
 
 
+def check_loadable(spec: ModelSpec) -> None:
+    """The checkpoint layouts read (``weights.checkpoint_layout``, GGUF's tensor names) are
+    those of decoders whose layers share one geometry; refuse others before any work."""
+    from phasewise.specs.model import uniform_layers
+
+    if spec.layers != uniform_layers(spec):
+        kinds = ", ".join(sorted({g.label for g in spec.layer_groups}))
+        raise InputError(f"--weights: real weights load into decoders whose layers share one "
+                         f"geometry, and {spec.name}'s differ ({kinds}); profile it with "
+                         "random weights (leave out --weights): speed does not depend on them.")
+
+
 def load_weights(model: Any, spec: ModelSpec, weights: str | Path) -> None:
     """Fill the reference transformer from a GGUF file or a safetensors folder."""
+    check_loadable(spec)
     path = Path(weights).expanduser()
     if path.suffix == ".gguf":
         from phasewise.measure.gguf_file import load_gguf

@@ -11,6 +11,7 @@ points already measured when a run is interrupted.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from phasewise.ledger import (
     kv_cache_bytes_per_device,
     weight_bytes_per_device,
 )
+from phasewise.measure.layer_timing import MAX_INSTRUMENTED_PASSES, layer_rows, layer_shares
 from phasewise.measure.micro import available_memory_bytes, hardware_from_ceilings, torch_dtype
 from phasewise.measure.timing import Sample, time_call
 from phasewise.measure.types import Ceilings, ProfilePoint
@@ -44,13 +46,15 @@ class ProfilePlan:
     contexts: tuple[int, ...] = (512,)
     warmup: int = 1
     repeats: int = 5
+    # Instrumented passes per point that split its time by layer group (0: no split).
+    layer_passes: int = MAX_INSTRUMENTED_PASSES
 
     def __post_init__(self) -> None:
         for name in ("prompt_lengths", "batch_sizes", "contexts"):
             values = getattr(self, name)
             if any(v < 1 for v in values):
                 raise InputError(f"{name.replace('_', ' ')} must be positive, got {list(values)}.")
-        if self.repeats < 1 or self.warmup < 0:
+        if self.repeats < 1 or self.warmup < 0 or self.layer_passes < 0:
             raise InputError("--repeats must be at least 1 and --warmup at least 0.")
 
     @property
@@ -126,7 +130,22 @@ def profile_points(model: Any, spec: ModelSpec, ceilings: Ceilings, plan: Profil
         graph = cuda_graphs and phase == "decode" and not syncs_with_host(model)
         sample, graphed = measure_step(model, tokens, group.cached_tokens, device=device,
                                        warmup=plan.warmup, repeats=plan.repeats, cuda_graph=graph)
-        yield make_point(phase, step, sample, spec, precision, hardware, ceilings, cost, graphed)
+        point = make_point(phase, step, sample, spec, precision, hardware, ceilings, cost, graphed)
+        if plan.layer_passes:
+            run = functools.partial(_forward, model, tokens, group.cached_tokens)
+            shares = layer_shares(model, run, spec, device=device,
+                                  passes=min(plan.repeats, plan.layer_passes))
+            ledger = build_ledger(spec, step, precision)
+            point = point.model_copy(update={"layers": layer_rows(ledger, hardware, shares,
+                                                                  point.time_s, cost)})
+        yield point
+
+
+def _forward(model: Any, tokens: Any, start: int) -> Any:
+    from phasewise.measure.reference import decode_one_token, prefill
+
+    step = prefill if tokens.shape[1] > 1 else decode_one_token
+    return step(model, tokens, start)
 
 
 def measure_step(model: Any, tokens: Any, start: int, *, device: str, warmup: int,

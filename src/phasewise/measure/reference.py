@@ -1,12 +1,17 @@
-"""A reference decoder-only transformer in PyTorch, built from a ``ModelSpec``.
+"""A reference decoder in PyTorch, built layer by layer from a ``ModelSpec``.
 
-Small and direct, in the style of gpt-fast and nanoGPT: RMSNorm, RoPE, GQA/MQA attention
-through ``scaled_dot_product_attention``, multi-head latent attention (DeepSeek-V2), dense
-and gated MLPs, top-k routed experts, sliding-window layers, and a preallocated KV cache.
-The phases are plain functions, ``prefill`` and ``decode_one_token``, so a timer wraps them
-from outside. The operators follow the ledger's list (one fused QKV GEMM, one fused
-gate/up GEMM, the LM head on the last prompt token only), so a measured step can be set
-beside its ledger.
+Small and direct, in the style of gpt-fast and nanoGPT: each layer of the spec becomes a
+block of its own mixer and MLP (``Layer``), so a hybrid or NAS model is built as it is
+described. Mixers: GQA/MQA attention through ``scaled_dot_product_attention`` (full,
+sliding window, chunked, gated), multi-head latent attention (DeepSeek-V2) and its sparse
+top-k form (DeepSeek-V3.2), cross-attention, Mamba-2, Gated DeltaNet, Kimi Delta Attention,
+LFM2's short conv, a linear map, or none (``measure.attention``, ``measure.recurrent``).
+MLPs: dense (gated or plain), top-k routed experts with shared experts, a latent projection
+and a dense MLP beside, a linear map, or none. The phases are plain functions, ``prefill``
+and ``decode_one_token``, so a timer wraps them from outside. The operators follow the
+ledger's list (one fused QKV GEMM, one fused gate/up GEMM, the LM head on the last prompt
+token only), so a measured step can be set beside its ledger, and each module holds the
+parameters ``ledger.layers`` counts for its kind.
 
 Parameter names follow the Hugging Face Llama layout where one exists; ``weights.py``
 fuses the checkpoint's separate projections into the fused ones here.
@@ -21,212 +26,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from phasewise.ledger.build import MLA_ABSORBED_MAX_QUERY_TOKENS
+from phasewise.errors import InputError
+from phasewise.measure.attention import (  # noqa: F401  (re-exported: the reference's parts)
+    Attention,
+    CrossAttention,
+    LatentAttention,
+    LinearMap,
+    RMSNorm,
+    apply_rope,
+    attention_mask,
+    rope_tables,
+)
+from phasewise.measure.recurrent import DeltaNetMixer, Mamba2Mixer, ShortConvMixer
 from phasewise.specs import ModelSpec
-from phasewise.specs.model import uniform_layers
+from phasewise.specs import model as layers
+from phasewise.specs.model import MLP as MLPSpec
 
 # Models whose Hugging Face implementation adds a bias to the Q, K and V projections.
 QKV_BIAS_MODEL_TYPES = ("qwen2", "qwen2_moe")
 
+# The clamped SwiGLU of gpt-oss and MiniMax-M3 ("swigluoai"; transformers' GptOssExperts),
+# with the swiglu_alpha and swiglu_limit their configs set.
+SWIGLU_OAI_ALPHA = 1.702
+SWIGLU_OAI_LIMIT = 7.0
+
+
+def swiglu_oai_gate(x: torch.Tensor) -> torch.Tensor:
+    """The gate half of gpt-oss's SwiGLU: x·sigmoid(α·x) on x clamped above at the limit."""
+    x = x.clamp(max=SWIGLU_OAI_LIMIT)
+    return x * torch.sigmoid(SWIGLU_OAI_ALPHA * x)
+
+
 ACTIVATIONS = {
+    "swigluoai": swiglu_oai_gate,
     "silu": F.silu, "swish": F.silu, "relu": F.relu, "gelu": F.gelu,
+    "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, Primer; Nemotron-H)
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
-
-
-class RMSNorm(nn.Module):
-    """x / sqrt(mean(x²) + eps) · weight (Zhang & Sennrich 2019)."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-
-
-def rope_tables(head_dim: int, max_tokens: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of position · theta^(−2i/d), (tokens, head_dim), halves repeated as the
-    rotate-half form of RoPE pairs dimension i with i + d/2 (Su et al. 2021; HF Llama)."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    angles = torch.outer(torch.arange(max_tokens, dtype=torch.float64), inv_freq)
-    angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos().float(), angles.sin().float()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x · cos + rotate_half(x) · sin; x is (batch, heads, tokens, dim), cos/sin (tokens, dim)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
-def attention_mask(start: int, new_tokens: int, key_start: int, key_end: int,
-                   window: int | None, device: torch.device) -> torch.Tensor | None:
-    """Boolean (new_tokens, keys) mask: query at position p sees keys k with k ≤ p and, in a
-    sliding-window layer, p − k < window. None where every query sees every key."""
-    if new_tokens == 1 and (window is None or key_end - key_start <= window):
-        return None
-    query = torch.arange(start, start + new_tokens, device=device)[:, None]
-    key = torch.arange(key_start, key_end, device=device)[None, :]
-    allowed = key <= query
-    if window is not None:
-        allowed &= query - key < window
-    return allowed
-
-
-class KVCache(nn.Module):
-    """Preallocated keys and values, (batch, kv_heads, max_tokens, head_dim) each."""
-
-    def __init__(self, batch: int, kv_heads: int, max_tokens: int, head_dim: int,
-                 value_dim: int, dtype: torch.dtype, device: torch.device | str) -> None:
-        super().__init__()
-        shape = (batch, kv_heads, max_tokens, head_dim)
-        # Written, not left as fresh pages: untouched pages map to one shared zero page and
-        # would read at cache speed.
-        self.register_buffer("k", torch.full(shape, 0.01, dtype=dtype, device=device),
-                             persistent=False)
-        self.register_buffer("v", torch.full(shape[:-1] + (value_dim,), 0.01, dtype=dtype,
-                                             device=device), persistent=False)
-
-    def update(self, start: int, k: torch.Tensor, v: torch.Tensor,
-               key_start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        batch, end = k.shape[0], start + k.shape[2]
-        self.k[:batch, :, start:end] = k
-        self.v[:batch, :, start:end] = v
-        return self.k[:batch, :, key_start:end], self.v[:batch, :, key_start:end]
-
-
-class Attention(nn.Module):
-    """Multi-head attention with n_kv ≤ n_heads key/value heads (MHA, GQA, MQA)."""
-
-    def __init__(self, spec: ModelSpec, window: int | None) -> None:
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        self.window = window
-        qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
-        self.wqkv = nn.Linear(spec.hidden_size, qkv_width,
-                              bias=spec.model_type in QKV_BIAS_MODEL_TYPES)
-        self.wo = nn.Linear(self.heads * self.head_dim, spec.hidden_size, bias=False)
-        self.cache: KVCache | None = None
-
-    def make_cache(self, batch: int, max_tokens: int, dtype: torch.dtype,
-                   device: torch.device | str) -> None:
-        self.cache = KVCache(batch, self.kv_heads, max_tokens, self.head_dim, self.head_dim,
-                             dtype, device)
-
-    def forward(self, x: torch.Tensor, start: int, cos: torch.Tensor,
-                sin: torch.Tensor) -> torch.Tensor:
-        batch, tokens, _ = x.shape
-        rotated = self.heads + self.kv_heads  # query and key heads take RoPE in one call
-        qkv = self.wqkv(x).view(batch, tokens, rotated + self.kv_heads, self.head_dim)
-        qkv = qkv.transpose(1, 2)  # (batch, heads, tokens, head_dim)
-        q, k = apply_rope(qkv[:, :rotated], cos, sin).split((self.heads, self.kv_heads), dim=1)
-        v = qkv[:, rotated:]
-        key_start = _window_start(start, self.window)
-        assert self.cache is not None, "call setup_caches() before running the model"
-        keys, values = self.cache.update(start, k, v, key_start)
-        y = _sdpa(q, keys, values, start, key_start, self.window)
-        return self.wo(y.transpose(1, 2).reshape(batch, tokens, self.heads * self.head_dim))
-
-
-def _window_start(start: int, window: int | None) -> int:
-    """First cached position any of the step's queries can see: the window of the first."""
-    return 0 if window is None else max(0, start + 1 - window)
-
-
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, key_start: int,
-          window: int | None, scale: float | None = None) -> torch.Tensor:
-    tokens, key_end = q.shape[2], key_start + k.shape[2]
-    gqa = q.shape[1] != k.shape[1]
-    if start == 0 and key_start == 0 and window is None and tokens > 1:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
-                                              enable_gqa=gqa)
-    mask = attention_mask(start, tokens, key_start, key_end, window, q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
-
-
-class LatentAttention(nn.Module):
-    """Multi-head latent attention (DeepSeek-V2, section 2.1): keys and values are cached as
-    one compressed latent per token plus a shared rope key. Short query runs (decode) score
-    in the latent space with kv_b absorbed into the query and output; longer ones decompress
-    every attended latent, the split the ledger prices (``MLA_ABSORBED_MAX_QUERY_TOKENS``)."""
-
-    def __init__(self, spec: ModelSpec, window: int | None) -> None:
-        super().__init__()
-        self.heads, self.window = spec.num_heads, window
-        self.nope, self.rope = spec.qk_nope_head_dim, spec.qk_rope_head_dim
-        self.v_dim = spec.v_head_dim
-        self.lora, self.q_lora = spec.kv_lora_rank, spec.q_lora_rank
-        h = spec.hidden_size
-        self.wqkv_a = nn.Linear(h, self.q_lora + self.lora + self.rope, bias=False)
-        self.q_a_norm = RMSNorm(self.q_lora, spec.norm_eps) if self.q_lora else None
-        self.wq_b = nn.Linear(self.q_lora or h, self.heads * (self.nope + self.rope), bias=False)
-        self.kv_a_norm = RMSNorm(self.lora, spec.norm_eps)
-        self.wkv_b = nn.Linear(self.lora, self.heads * (self.nope + self.v_dim), bias=False)
-        self.wo = nn.Linear(self.heads * self.v_dim, h, bias=False)
-        self.scale = 1.0 / math.sqrt(self.nope + self.rope)
-        self.cache: KVCache | None = None
-
-    def make_cache(self, batch: int, max_tokens: int, dtype: torch.dtype,
-                   device: torch.device | str) -> None:
-        # One "head" holding the latent as keys and the rope key as values.
-        self.cache = KVCache(batch, 1, max_tokens, self.lora, self.rope, dtype, device)
-
-    def forward(self, x: torch.Tensor, start: int, cos: torch.Tensor,
-                sin: torch.Tensor) -> torch.Tensor:
-        batch, tokens, _ = x.shape
-        q_lat, latent, k_pe = self.wqkv_a(x).split((self.q_lora, self.lora, self.rope), dim=-1)
-        q = self.wq_b(self.q_a_norm(q_lat) if self.q_a_norm is not None else x)
-        q = q.view(batch, tokens, self.heads, self.nope + self.rope).transpose(1, 2)
-        q_nope, q_pe = q.split((self.nope, self.rope), dim=-1)  # (b, h, t, ·)
-        q_pe = apply_rope(q_pe, cos, sin)
-        k_pe = apply_rope(k_pe.unsqueeze(1), cos, sin)  # (b, 1, t, rope)
-        latent = self.kv_a_norm(latent).unsqueeze(1)  # (b, 1, t, lora)
-        key_start = _window_start(start, self.window)
-        assert self.cache is not None, "call setup_caches() before running the model"
-        latents, rope_keys = self.cache.update(start, latent, k_pe, key_start)
-        if tokens <= MLA_ABSORBED_MAX_QUERY_TOKENS:
-            y = self._absorbed(q_nope, q_pe, latents, rope_keys, start, key_start)
-        else:
-            y = self._decompressed(q_nope, q_pe, latents, rope_keys, start, key_start)
-        return self.wo(y.transpose(1, 2).reshape(batch, tokens, self.heads * self.v_dim))
-
-    def _kv_b(self) -> tuple[torch.Tensor, torch.Tensor]:
-        w = self.wkv_b.weight.view(self.heads, self.nope + self.v_dim, self.lora)
-        return w[:, : self.nope], w[:, self.nope:]  # (h, nope, lora), (h, v, lora)
-
-    def _absorbed(self, q_nope: torch.Tensor, q_pe: torch.Tensor, latents: torch.Tensor,
-                  rope_keys: torch.Tensor, start: int, key_start: int) -> torch.Tensor:
-        w_k, w_v = self._kv_b()
-        batch, heads, tokens, _ = q_nope.shape
-        q_latent = torch.einsum("bhtn,hnl->bhtl", q_nope, w_k)
-        # Every head reads the same latents: fold heads into the query rows of one batched
-        # matmul per sequence, rather than broadcast the latents over the heads (which
-        # copies them once per head).
-        latents, rope_keys = latents.squeeze(1), rope_keys.squeeze(1)  # (b, keys, ·)
-        rows = (batch, heads * tokens, -1)
-        scores = (q_latent.reshape(rows) @ latents.transpose(1, 2)
-                  + q_pe.reshape(rows) @ rope_keys.transpose(1, 2))
-        scores = scores.view(batch, heads, tokens, -1).float() * self.scale  # (b, h, t, keys)
-        mask = attention_mask(start, tokens, key_start, key_start + latents.shape[1],
-                              self.window, scores.device)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        probs = scores.softmax(dim=-1).to(latents.dtype).reshape(rows)
-        out_latent = (probs @ latents).view(batch, heads, tokens, -1)  # (b, h, t, lora)
-        return torch.einsum("bhtl,hvl->bhtv", out_latent, w_v)
-
-    def _decompressed(self, q_nope: torch.Tensor, q_pe: torch.Tensor, latents: torch.Tensor,
-                      rope_keys: torch.Tensor, start: int, key_start: int) -> torch.Tensor:
-        batch, keys = latents.shape[0], latents.shape[2]
-        kv = self.wkv_b(latents.squeeze(1)).view(batch, keys, self.heads, self.nope + self.v_dim)
-        k_nope, v = kv.transpose(1, 2).split((self.nope, self.v_dim), dim=-1)  # (b, h, keys, ·)
-        k = torch.cat((k_nope, rope_keys.expand(-1, self.heads, -1, -1)), dim=-1)
-        q = torch.cat((q_nope, q_pe), dim=-1)
-        return _sdpa(q, k, v, start, key_start, self.window, scale=self.scale)
 
 
 class MLP(nn.Module):
@@ -246,14 +83,19 @@ def gated_activation(up: torch.Tensor, width: int, gated: bool, act: Any) -> tor
     """act(gate) · up for a fused gate/up output, act(up) for an ungated one."""
     if gated:
         gate, up = up.split((width, width), dim=-1)
+        if act is swiglu_oai_gate:  # its up half is clamped and offset by one
+            return act(gate) * (up.clamp(-SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT) + 1)
         return act(gate) * up
     return act(up)
 
 
 class MoE(nn.Module):
     """Top-k routed experts (softmax over the router, the k kept renormalised, as Mixtral
-    and Qwen3-MoE do) plus optional shared experts. Only the experts some token picked
-    run, so weight reads follow the distinct experts, as in the ledger.
+    and Qwen3-MoE do) plus optional shared experts and a dense MLP beside them (Gemma-4).
+    With a latent size the experts run in a narrower space: the tokens are projected down
+    before the experts and back up after them (Nemotron-3's latent MoE, fc1/fc2_latent_proj);
+    the router, the shared experts and the dense MLP read the hidden state. Only the experts
+    some token picked run, so weight reads follow the distinct experts, as in the ledger.
 
     The experts' weights are stacked, (experts, out, in), so that on a GPU one grouped GEMM
     per projection runs every expert's tokens without the host learning how many each got
@@ -261,18 +103,21 @@ class MoE(nn.Module):
     as a CUDA graph. Elsewhere, or where that kernel does not run, the experts run one by
     one after the host reads the counts back."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, hidden: int, mlp: layers.MoE, act: str) -> None:
         super().__init__()
-        self.top_k, self.width = spec.experts_per_token, spec.moe_intermediate_size
-        self.gated, self.act = spec.gated_mlp, ACTIVATIONS[spec.hidden_act]
-        experts, hidden = spec.num_experts, spec.hidden_size
-        self.router = nn.Linear(hidden, experts, bias=False)
+        self.top_k, self.width = mlp.top_k, mlp.width
+        self.gated, self.act = mlp.gated, ACTIVATIONS[act]
+        inner = mlp.latent_size or hidden
+        self.router = nn.Linear(hidden, mlp.experts, bias=False)
         up_rows = 2 * self.width if self.gated else self.width
-        self.w_up = nn.Parameter(torch.empty(experts, up_rows, hidden))
-        self.w_down = nn.Parameter(torch.empty(experts, hidden, self.width))
-        shared = spec.shared_expert_intermediate_size
-        self.shared = (MLP(hidden, shared, gated=spec.gated_mlp, act=spec.hidden_act)
-                       if shared else None)
+        self.w_up = nn.Parameter(torch.empty(mlp.experts, up_rows, inner))
+        self.w_down = nn.Parameter(torch.empty(mlp.experts, inner, self.width))
+        self.shared = (MLP(hidden, mlp.shared_width, gated=mlp.gated, act=act)
+                       if mlp.shared_width else None)
+        self.dense = (MLP(hidden, mlp.dense_width, gated=mlp.gated, act=act)
+                      if mlp.dense_width else None)
+        self.latent_down = nn.Linear(hidden, inner, bias=False) if mlp.latent_size else None
+        self.latent_up = nn.Linear(inner, hidden, bias=False) if mlp.latent_size else None
         self.grouped = False  # set by ``use_grouped_gemm`` where the kernel runs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -285,11 +130,16 @@ class MoE(nn.Module):
         tokens = order // self.top_k
         # tokens per expert; bincount would read its input's maximum back to the host
         counts = picks.new_zeros(self.w_up.shape[0]).scatter_add_(0, picks, torch.ones_like(picks))
-        routed = (self._grouped(flat[tokens], counts) if self.grouped else
-                  self._one_by_one(flat[tokens], counts.tolist()))
-        out = torch.zeros_like(flat).index_add_(0, tokens, routed * weights.flatten()[order, None])
-        if self.shared is not None:
-            out = out + self.shared(flat)
+        inner = self.latent_down(flat) if self.latent_down is not None else flat
+        routed = (self._grouped(inner[tokens], counts) if self.grouped else
+                  self._one_by_one(inner[tokens], counts.tolist()))
+        out = torch.zeros_like(inner).index_add_(0, tokens,
+                                                 routed * weights.flatten()[order, None])
+        if self.latent_up is not None:
+            out = self.latent_up(out)
+        for beside in (self.shared, self.dense):
+            if beside is not None:
+                out = out + beside(flat)
         return out.view_as(x)
 
     def _grouped(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -345,56 +195,135 @@ def use_grouped_gemm(model: nn.Module) -> bool:
     return grouped
 
 
-class Block(nn.Module):
-    def __init__(self, spec: ModelSpec, index: int) -> None:
-        super().__init__()
-        window = spec.sliding_window if spec.layer_attention(index) == "sliding" else None
-        self.attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
-        self.attn = LatentAttention(spec, window) if spec.is_mla else Attention(spec, window)
-        self.mlp_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
-        self.mlp = (MoE(spec) if spec.layer_is_moe(index) else
-                    MLP(spec.hidden_size, spec.intermediate_size, gated=spec.gated_mlp,
-                        act=spec.hidden_act))
+def build_mixer(spec: ModelSpec, mixer: layers.Mixer) -> nn.Module:
+    """The reference module of one token mixer kind."""
+    h, eps = spec.hidden_size, spec.norm_eps
+    if isinstance(mixer, layers.Attention):
+        return Attention(h, mixer, bias=spec.model_type in QKV_BIAS_MODEL_TYPES)
+    if isinstance(mixer, layers.LatentAttention):
+        return LatentAttention(h, mixer, eps)
+    if isinstance(mixer, layers.Mamba2):
+        return Mamba2Mixer(h, mixer, eps)
+    if isinstance(mixer, layers.LinearAttention):
+        return DeltaNetMixer(h, mixer, eps)
+    if isinstance(mixer, layers.ShortConv):
+        return ShortConvMixer(h, mixer)
+    if isinstance(mixer, layers.CrossAttention):
+        return CrossAttention(h, mixer, eps)
+    if isinstance(mixer, layers.LinearMixer):
+        return LinearMap(h)
+    raise InputError(f"model '{spec.name}': the reference transformer has no module for a "
+                     f"{type(mixer).__name__} mixer.")
 
-    def forward(self, x: torch.Tensor, start: int, cos: torch.Tensor,
-                sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), start, cos, sin)
-        return x + self.mlp(self.mlp_norm(x))
+
+def build_mlp(spec: ModelSpec, mlp: MLPSpec) -> nn.Module:
+    """The reference module of one MLP kind."""
+    h, act = spec.hidden_size, spec.hidden_act
+    if isinstance(mlp, layers.DenseMLP):
+        return MLP(h, mlp.width, gated=mlp.gated, act=act)
+    if isinstance(mlp, layers.MoE):
+        return MoE(h, mlp, act)
+    if isinstance(mlp, layers.LinearMLP):
+        return LinearMap(h)
+    raise InputError(f"model '{spec.name}': the reference transformer has no module for a "
+                     f"{type(mlp).__name__} MLP.")
+
+
+class Block(nn.Module):
+    """One decoder layer: pre-norm mixer and pre-norm MLP, each with its residual; a part
+    the layer lacks (a skipped block, a Mamba-only layer) is absent, norm and all."""
+
+    def __init__(self, spec: ModelSpec, layer: layers.Layer) -> None:
+        super().__init__()
+        h, eps = spec.hidden_size, spec.norm_eps
+        self.attn_norm = RMSNorm(h, eps) if layer.mixer is not None else None
+        self.attn = build_mixer(spec, layer.mixer) if layer.mixer is not None else None
+        self.mlp_norm = RMSNorm(h, eps) if layer.mlp is not None else None
+        self.mlp = build_mlp(spec, layer.mlp) if layer.mlp is not None else None
+
+    def forward(self, x: torch.Tensor, start: int, rope: dict) -> torch.Tensor:
+        if self.attn is not None:
+            x = x + self.attn(self.attn_norm(x), start, rope)
+        if self.mlp is not None:
+            x = x + self.mlp(self.mlp_norm(x))
+        return x
+
+
+def check_buildable(spec: ModelSpec) -> None:
+    """Refuse, in one line naming the layer kind, a spec no reference module can run."""
+    if spec.hidden_act not in ACTIVATIONS:
+        raise InputError(f"model '{spec.name}': activation '{spec.hidden_act}' is not one "
+                         f"of {', '.join(ACTIVATIONS)}.")
+    for group in spec.layer_groups:
+        reason = _unbuildable(group.layer.mixer)
+        if reason:
+            raise InputError(f"model '{spec.name}': the reference transformer cannot build its "
+                             f"{group.label} layers: {reason}.")
+
+
+def _unbuildable(mixer: layers.Mixer | None) -> str:
+    """Why a mixer's geometry has no reference form, or ''."""
+    sizes = {layers.Mamba2: ("heads", "head_dim", "state_size", "groups", "conv_kernel"),
+             layers.LinearAttention: ("key_heads", "value_heads", "key_head_dim",
+                                      "value_head_dim", "conv_kernel"),
+             layers.ShortConv: ("width", "kernel"),
+             layers.CrossAttention: ("heads", "kv_heads", "head_dim")}
+    if isinstance(mixer, layers.LatentAttention) and mixer.index_topk:
+        sizes[layers.LatentAttention] = ("index_heads", "index_head_dim")
+    for kind, fields in sizes.items():
+        zero = [f for f in fields if isinstance(mixer, kind) and getattr(mixer, f) < 1]
+        if zero:
+            return f"{', '.join(zero)} must be at least 1"
+    rope = {layers.Attention: "head_dim", layers.LatentAttention: "qk_rope_head_dim"}
+    for kind, field in rope.items():
+        if isinstance(mixer, kind) and getattr(mixer, field) % 2:
+            return f"RoPE rotates pairs of dimensions, and {field} {getattr(mixer, field)} is odd"
+    if isinstance(mixer, layers.LatentAttention) and mixer.index_topk and \
+            mixer.index_head_dim < mixer.qk_rope_head_dim:
+        return (f"the indexer's head size {mixer.index_head_dim} is narrower than its rope "
+                f"part {mixer.qk_rope_head_dim}")
+    if isinstance(mixer, layers.Mamba2) and (mixer.heads % mixer.groups
+                                             or mixer.inner % mixer.groups):
+        return f"{mixer.heads} heads do not split into {mixer.groups} B/C groups"
+    if isinstance(mixer, layers.LinearAttention):
+        if mixer.variant == "kda" and mixer.key_heads != mixer.value_heads:
+            return (f"Kimi Delta Attention has one head count for q, k and v, not "
+                    f"{mixer.key_heads} key and {mixer.value_heads} value heads")
+        if mixer.value_heads % mixer.key_heads:
+            return (f"{mixer.value_heads} value heads are not a multiple of "
+                    f"{mixer.key_heads} key heads")
+    return ""
 
 
 class Transformer(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        if spec.hidden_act not in ACTIVATIONS:
-            from phasewise.errors import InputError
-
-            raise InputError(f"model '{spec.name}': activation '{spec.hidden_act}' is not one "
-                             f"of {', '.join(ACTIVATIONS)}.")
-        if spec.layers != uniform_layers(spec):
-            from phasewise.errors import InputError
-
-            raise InputError(f"model '{spec.name}': the reference transformer builds decoders "
-                             "whose layers share one geometry; this model's layers differ "
-                             f"({', '.join(sorted({g.label for g in spec.layer_groups}))}), so "
-                             "profile it with --model set to a uniform model.")
+        check_buildable(spec)
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
-        self.layers = nn.ModuleList(Block(spec, i) for i in range(spec.num_layers))
+        self.layers = nn.ModuleList(Block(spec, layer) for layer in spec.layers)
         self.norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         if spec.tie_word_embeddings:
             self.lm_head.weight = self.embed.weight
-        self.rope_cos = self.rope_sin = torch.empty(0)
+        self.rope: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.max_tokens = 0
 
+    def mixers(self) -> list[nn.Module]:
+        return [layer.attn for layer in self.layers if layer.attn is not None]
+
     def setup_caches(self, batch: int, max_tokens: int) -> None:
-        """Allocate every layer's KV cache for ``batch`` sequences of ``max_tokens`` each."""
+        """Allocate every layer's cache for ``batch`` sequences of ``max_tokens`` each (a
+        window's worth for sliding and chunked layers, a fixed state for recurrent ones),
+        and the RoPE tables of every rotary width the layers use."""
         param = self.embed.weight
-        for layer in self.layers:
-            layer.attn.make_cache(batch, max_tokens, param.dtype, param.device)
-        rope_dim = self.spec.qk_rope_head_dim if self.spec.is_mla else self.spec.head_dim
-        cos, sin = rope_tables(rope_dim, max_tokens, self.spec.rope_theta)
-        self.rope_cos, self.rope_sin = cos.to(param), sin.to(param)
+        for mixer in self.mixers():
+            mixer.make_cache(batch, max_tokens, param.dtype, param.device)
+        dims = {m.rope_dim for m in self.mixers() if hasattr(m, "rope_dim")}
+        self.rope = {}
+        for dim in sorted(dims):
+            cos, sin = rope_tables(dim, max_tokens, self.spec.rope_theta)
+            self.rope[dim] = (cos.to(param), sin.to(param))
         self.max_tokens = max_tokens
 
     def forward(self, tokens: torch.Tensor, start: int, *,
@@ -406,11 +335,11 @@ class Transformer(nn.Module):
         if start + new_tokens > self.max_tokens:
             raise ValueError(f"positions up to {start + new_tokens} exceed the cache of "
                              f"{self.max_tokens}; call setup_caches() with more tokens")
-        cos = self.rope_cos[start:start + new_tokens]
-        sin = self.rope_sin[start:start + new_tokens]
+        end = start + new_tokens
+        rope = {dim: (cos[start:end], sin[start:end]) for dim, (cos, sin) in self.rope.items()}
         x = self.embed(tokens)
         for layer in self.layers:
-            x = layer(x, start, cos, sin)
+            x = layer(x, start, rope)
         x = x if all_logits else x[:, -1]
         return self.lm_head(self.norm(x))
 

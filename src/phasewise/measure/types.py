@@ -37,6 +37,17 @@ class Ceilings(_Frozen):
     notes: list[str] = []
 
 
+class LayerTime(_Frozen):
+    """One layer group's share of a measured step beside the ledger's count for it."""
+
+    layers: str  # the ledger's label of the group: "mamba2/- ×27", or the parts outside
+    time_s: float  # the group's share of the step's measured median
+    flops: float
+    memory_bytes: float
+    sol_time_s: float
+    expected_time_s: float | None = None
+
+
 class ProfilePoint(_Frozen):
     """One measured step beside the ledger's arithmetic and the cost model's prediction."""
 
@@ -61,6 +72,7 @@ class ProfilePoint(_Frozen):
     sol_time_s: float  # speed of light on the measured ceilings
     expected_time_s: float | None = None  # the calibrated cost model, when one is given
     cuda_graph: bool = False
+    layers: list[LayerTime] = []  # by layer group, from instrumented passes
 
     @property
     def ttft_s(self) -> float | None:

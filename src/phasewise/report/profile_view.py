@@ -78,6 +78,32 @@ def points_table(profile: Profile) -> Any:
     return table
 
 
+def layers_table(profile: Profile) -> Any:
+    """Each point's time split by layer group (Mamba, DeltaNet, attention, MLP layers and
+    the parts outside the blocks), beside the ledger's speed of light for that group."""
+    from rich.table import Table
+
+    table = Table(title="By layer group", title_justify="left")
+    expected = any(r.expected_time_s is not None for p in profile.points for r in p.layers)
+    columns = ["step", "layers", "measured", "share", "FLOP/byte", "speed of light",
+               "measured ÷ SoL"] + (["expected", "measured ÷ expected"] if expected else [])
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("step", "layers") else "right")
+    for p in profile.points:
+        for r in p.layers:
+            intensity = r.flops / r.memory_bytes if r.memory_bytes else 0.0
+            cells = [p.label, r.layers, seconds(r.time_s), percent(r.time_s / p.time_s),
+                     f"{intensity:,.1f}", seconds(r.sol_time_s),
+                     f"{r.time_s / r.sol_time_s:.2f}×" if r.sol_time_s else "—"]
+            if expected:
+                cells += [seconds(r.expected_time_s) if r.expected_time_s else "—",
+                          f"{r.time_s / r.expected_time_s:.2f}×" if r.expected_time_s else "—"]
+            table.add_row(*cells)
+    table.caption = ("Measured: the group's share of instrumented passes (a clock reading "
+                     "around every block) times the step's median; the groups sum to the step.")
+    return table
+
+
 def _mbu_note(profile: Profile) -> str:
     """An MBU above 100% is no error: the ledger counts every byte a step reads from memory
     at least once, and a weight set or KV cache that fits in the CPU's caches is read from

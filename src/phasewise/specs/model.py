@@ -7,7 +7,8 @@ multiplies by its count (``layer_groups``).
 
 A spec built with the uniform fields alone (``num_heads``, ``intermediate_size``, …) gets
 its layers from them; a reader of a hybrid or NAS model gives ``layers`` explicitly and fills
-the uniform fields from its attention layers (the profiler's reference transformer reads those).
+the uniform fields from its attention layers. The profiler's reference transformer builds
+the layers, whichever way they were given.
 """
 
 from __future__ import annotations
@@ -354,13 +355,6 @@ class ModelSpec:
     def is_hybrid(self) -> bool:
         """Some layers hold a fixed recurrent state instead of a KV cache."""
         return any(isinstance(m, LinearAttention | Mamba2 | ShortConv) for m in self.mixers)
-
-    @property
-    def is_uniform_transformer(self) -> bool:
-        """Every layer has softmax attention (or MLA) and an MLP: what the reference
-        transformer builds."""
-        return all(isinstance(g.layer.mixer, Attention | LatentAttention) and g.layer.mlp is not None
-                   and not isinstance(g.layer.mlp, LinearMLP) for g in self._groups)
 
     @property
     def is_sliding_any(self) -> bool:
