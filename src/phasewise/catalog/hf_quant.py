@@ -81,6 +81,26 @@ def checkpoint_formats(quant: Any, sidecar: Any = None, *, moe: bool = False,
                   "weights are sized as bf16 (give --weight-dtype for the real format)."]
 
 
+# DeepSeek-V4's ``expert_dtype``: "fp4" stores the routed experts as e2m1 pairs with one
+# e8m0 scale per 32 weights along K (inference/model.py Linear: float4_e2m1fn_x2 weights,
+# float8_e8m0fnu scales of in_features // 32), MXFP4's layout.
+EXPERT_DTYPES = {"fp4": "fp4"}
+
+
+def with_expert_format(formats: CheckpointFormats | None, expert_dtype: Any,
+                       moe: bool) -> CheckpointFormats | None:
+    """The formats with the routed experts in ``expert_dtype`` where a config names one."""
+    fmt = EXPERT_DTYPES.get(str(expert_dtype).lower()) if expert_dtype else None
+    if fmt is None or not moe:
+        return formats
+    weights = dict(formats.weights) if formats is not None else {
+        cls: UNQUANTIZED for cls in ("embed", *LINEAR_CLASSES)}
+    weights["experts"] = fmt
+    source = (formats.source + "; " if formats is not None else "") + f"expert_dtype ({expert_dtype})"
+    return CheckpointFormats(tuple(weights.items()), formats.kv_cache if formats else None,
+                             formats.method if formats else "expert_dtype", source)
+
+
 def int4_format(group: Any) -> str:
     """INT4 with a 16-bit scale per group: 4 + 16/group bits (int4 is group 128)."""
     return {32: "int4_g32", 64: "int4_g64"}.get(group if isinstance(group, int) else 128, "int4")

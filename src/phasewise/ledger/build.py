@@ -19,14 +19,22 @@ from phasewise.ledger.attention import (
     causal_pairs,
     chunked_keys_read,
     chunked_pairs,
+    compressed_entries,
+    compressed_pairs,
 )
-from phasewise.ledger.layers import kv_bytes_per_token, state_bytes_per_sequence
+from phasewise.ledger.layers import (
+    COMPRESSOR_STATE_BYTES,
+    HYPER_CONNECTION_WEIGHT_BYTES,
+    kv_bytes_per_token,
+    state_bytes_per_sequence,
+)
 from phasewise.ledger.moe import expected_distinct_experts
 from phasewise.ledger.ops import Ledger, Op
 from phasewise.ledger.step import Step
 from phasewise.specs import ModelSpec, Parallelism, Precision
 from phasewise.specs.model import (
     Attention,
+    CompressedAttention,
     CrossAttention,
     DenseMLP,
     LatentAttention,
@@ -58,6 +66,12 @@ KV_CONVERT_FLOPS_PER_ELEMENT = 2
 DELTA_RULE_FLOPS_PER_STATE_ELEMENT = 7
 SSM_FLOPS_PER_STATE_ELEMENT = 5
 CONV_FLOPS_PER_TAP = 2
+# DeepSeek-V4's compressor pools r (or 2r) projected tokens into one entry with a softmax
+# over their scores, (kv * score.softmax(dim)).sum(dim) (Compressor.forward): exp, sum and
+# divide (3) and a multiply-add (2) per projected value.
+COMPRESS_POOL_FLOPS_PER_ELEMENT = 5
+# Its indexer scores are fp32 (Indexer.forward: einsum, then dist.all_reduce(index_score)).
+INDEX_SCORE_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +128,12 @@ def check_parallelism(model: ModelSpec, par: Parallelism) -> None:
         kv = getattr(mixer, "kv_heads", None)
         if kv and kv % tp and tp % kv:
             raise InputError(f"--tp {tp} and {kv} KV heads: one must divide the other.")
+        if isinstance(mixer, CompressedAttention):
+            for what, count in (("output groups", mixer.o_groups),
+                                ("indexer heads", mixer.index_heads)):
+                if count and count % tp:
+                    raise InputError(f"--tp {tp} does not divide {model.name}'s {count} "
+                                     f"{what}; choose a divisor of {count}.")
     moes = [g.layer.mlp for g in model.layer_groups if isinstance(g.layer.mlp, MoE)]
     if par.ep > 1 and not moes:
         raise InputError(f"--ep {par.ep} needs a mixture-of-experts model; {model.name} is dense.")
@@ -195,17 +215,40 @@ def _layer_ops(model: ModelSpec, group: LayerGroup, step: Step, shard: _Shard,
     layer: Layer = group.layer
     layers, calls = f"{group.label} ×{group.count}", group.count
     ops: list[Op] = []
+    streams = model.hyper_connections
     if layer.mixer is not None:
+        if streams > 1:
+            ops += _hyper_connection("attn", streams, model, shard, layers, calls)
         ops.append(_norm("attn.norm", layers, calls, model.hidden_size, shard))
         ops += _mixer_ops(model, layer.mixer, step, shard, par, layers, calls)
         if par.tp > 1:
             ops.append(_allreduce(layers, calls, model, shard, par.tp))
     if layer.mlp is not None:
+        if streams > 1:
+            ops += _hyper_connection("mlp", streams, model, shard, layers, calls)
         ops.append(_norm("mlp.norm", layers, calls, model.hidden_size, shard))
         ops += _mlp_ops(model, layer.mlp, shard, par, layers, calls)
         if par.tp > 1:
             ops.append(_allreduce(layers, calls, model, shard, par.tp))
     return ops
+
+
+def _hyper_connection(prefix: str, streams: int, model: ModelSpec, shard: _Shard, layers: str,
+                      calls: int) -> list[Op]:
+    """DeepSeek-V4's manifold-constrained hyper-connections around a sub-block (inference/
+    model.py Block.hc_pre / hc_post): the m = ``streams`` copies of the hidden state, flattened
+    to m·h, project to (2+m)·m mixing weights (one GEMM against fp32 hc_fn); then the weighted
+    sum of the copies into the sub-block's input (2·m·h FLOPs), and after it each copy becomes
+    post·output + comb·copies (m·h + 2·m²·h) plus the sum (m·h): (4m + 2m²)·h per token, the
+    m·h stream read and written once. The Sinkhorn normalisation of the m×m matrix is left
+    out (a few hundred FLOPs a token)."""
+    h, t, m = model.hidden_size, shard.tokens, streams
+    mix = (2 + m) * m
+    return [_gemm(f"{prefix}.hc_mix", layers, calls, t, mix, m * h, shard,
+                  weight_bytes=HYPER_CONNECTION_WEIGHT_BYTES),
+            Op(f"{prefix}.hc_combine", "elementwise", layers, calls,
+               (4 * m + 2 * m * m) * h * t * calls,
+               activations=2 * m * h * t * shard.ab * calls)]
 
 
 def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallelism,  # noqa: ANN001
@@ -214,6 +257,8 @@ def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallel
         return _attention(model, mixer, step, shard, par, layers, calls)
     if isinstance(mixer, LatentAttention):
         return _latent_attention(model, mixer, step, shard, par, layers, calls)
+    if isinstance(mixer, CompressedAttention):
+        return _compressed_attention(model, mixer, step, shard, par, layers, calls)
     if isinstance(mixer, LinearAttention):
         return _linear_attention(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, Mamba2):
@@ -367,6 +412,102 @@ def _indexer(model: ModelSpec, mixer: LatentAttention, step: Step, shard: _Shard
     ops.append(Op("attn.indexer", "attention", layers, calls, 2.0 * ih * id_ * pairs * calls,
                   kv_read=cached * key_bytes * calls, kv_write=t * key_bytes * calls,
                   m=t, n=pairs / max(t, 1.0), k=id_, keys=cached + t))
+    return ops
+
+
+def _compressed_attention(model: ModelSpec, mixer: CompressedAttention, step: Step,
+                          shard: _Shard, par: Parallelism, layers: str, calls: int) -> list[Op]:
+    """DeepSeek-V4 (inference/model.py Attention.forward): the query latent and the shared
+    key/value from the hidden state (wq_a, wkv; replicated), the per-head query (wq_b); the
+    compressor (r > 0) and the indexer (r = 4); attention over the window and the compressed
+    entries; the grouped output projection, wo_a per group of heads and wo_b."""
+    h, t, tp = model.hidden_size, shard.tokens, par.tp
+    d, heads, groups = mixer.head_dim, mixer.heads / tp, mixer.o_groups / tp
+    ops = [_gemm("attn.qkv_a", layers, calls, t, mixer.q_lora_rank + d, h, shard),
+           _gemm("attn.q_b", layers, calls, t, heads * d, mixer.q_lora_rank, shard)]
+    if mixer.compress_ratio:
+        ops += _compressor("attn.compress", d, mixer.overlap, model, shard, layers, calls)
+    if mixer.sparse:
+        ops += _v4_indexer(model, mixer, step, shard, par, layers, calls)
+    ops.append(_compressed_core(mixer, step, shard, layers, calls, par))
+    if shard.kv_convert:
+        ops.append(_kv_convert(ops[-1], shard, layers, calls))
+    group_in = mixer.heads * d / mixer.o_groups
+    ops.append(_gemm("attn.out_a", layers, calls, t * groups, mixer.o_lora_rank, group_in, shard,
+                     weight_rows=groups * group_in * mixer.o_lora_rank))
+    ops.append(_gemm("attn.out", layers, calls, t, h, groups * mixer.o_lora_rank, shard))
+    return ops
+
+
+def _compressor(name: str, width: int, overlap: bool, model: ModelSpec, shard: _Shard,
+                layers: str, calls: int) -> list[Op]:
+    """DeepSeek-V4's Compressor: wkv and wgate project every new token to c·d values each
+    (c = 2 for the overlapping ratio-4 compressor), then a softmax over each group's scores
+    pools its values (COMPRESS_POOL_FLOPS_PER_ELEMENT), the fp32 pooling rows written and
+    read back once each. Replicated across tensor-parallel ranks."""
+    t, projected = shard.tokens, (2 if overlap else 1) * width
+    rows = 2 * projected * t * COMPRESSOR_STATE_BYTES * calls  # kv and score rows
+    return [_gemm(name, layers, calls, t, 2 * projected, model.hidden_size, shard),
+            Op(f"{name}_pool", "elementwise", layers, calls,
+               COMPRESS_POOL_FLOPS_PER_ELEMENT * projected * t * calls, activations=2 * rows)]
+
+
+def _compressed_core(mixer: CompressedAttention, step: Step, shard: _Shard, layers: str,
+                     calls: int, par: Parallelism) -> Op:
+    """Scores and values of one-KV-head attention over d = head_dim (key and value are the
+    same entry): 2·heads·2d FLOPs a (query, entry) pair. Query j attends to the last
+    min(j, window) raw tokens and to ⌊j/r⌋ compressed entries, at most index_topk of them in
+    CSA (``compressed_pairs``); a step reads the window and the entries it attends to
+    (all cached entries in HCA, top-k in CSA), and writes each new token's raw entry and one
+    compressed entry per r tokens."""
+    heads, dp, d, r = mixer.heads / par.tp, par.attention_dp, mixer.head_dim, mixer.compress_ratio
+    topk = mixer.index_topk if mixer.sparse else None
+    pairs = cached_read = cells = 0.0
+    for g in step.groups:
+        kept = round(g.cached_tokens * shard.kv_keep)
+        group_pairs = causal_pairs(g.new_tokens, kept, mixer.window)
+        read = cached_keys_read(kept, mixer.window)
+        if r:
+            group_pairs += compressed_pairs(g.new_tokens, kept, r, topk)
+            entries = compressed_entries(kept, r)
+            read += entries if topk is None else min(entries, topk)
+        pairs += g.count * group_pairs / dp
+        cached_read += g.count * read / dp
+        cells += g.count * (read + g.new_tokens) / dp
+    entry_bytes = d * shard.kvb
+    written = shard.tokens * (1 + (1 / r if r else 0.0)) * entry_bytes
+    return Op("attn.score", "attention", layers, calls, 2 * heads * 2 * d * pairs * calls,
+              kv_read=cached_read * entry_bytes * calls, kv_write=written * calls,
+              activations=shard.tokens * heads * 2 * d * shard.ab * calls,
+              m=shard.tokens, n=pairs / max(shard.tokens, 1.0), k=d, keys=cells)
+
+
+def _v4_indexer(model: ModelSpec, mixer: CompressedAttention, step: Step, shard: _Shard,
+                par: Parallelism, layers: str, calls: int) -> list[Op]:
+    """DeepSeek-V4's lightning indexer (inference/model.py Indexer.forward): index queries
+    from the query latent (wq_b, heads split tp ways), per-head weights (weights_proj), its
+    own compressor of d_i-wide keys; then every query scores every compressed index key it
+    may see, ⌊j/r⌋ of them, 2·heads·d_i FLOPs a pair, reading each cached key once; the
+    fp32 scores are all-reduced across tensor-parallel ranks before the top-k."""
+    t, h, tp, r = shard.tokens, model.hidden_size, par.tp, mixer.compress_ratio
+    ih, id_ = mixer.index_heads / tp, mixer.index_head_dim
+    ops = [_gemm("attn.indexer_proj", layers, calls, t, ih * id_, mixer.q_lora_rank, shard),
+           _gemm("attn.indexer_w", layers, calls, t, ih, h, shard)]
+    ops += _compressor("attn.indexer_compress", id_, True, model, shard, layers, calls)
+    pairs = cached = 0.0
+    for g in step.groups:
+        kept = round(g.cached_tokens * shard.kv_keep)
+        pairs += g.count * compressed_pairs(g.new_tokens, kept, r) / par.attention_dp
+        cached += g.count * compressed_entries(kept, r) / par.attention_dp
+    key_bytes = id_ * shard.kvb
+    ops.append(Op("attn.indexer", "attention", layers, calls, 2.0 * ih * id_ * pairs * calls,
+                  kv_read=cached * key_bytes * calls, kv_write=t / r * key_bytes * calls,
+                  m=t, n=pairs / max(t, 1.0), k=id_, keys=cached + t / r))
+    if tp > 1:
+        scores = pairs * INDEX_SCORE_BYTES
+        ops.append(Op("tp.allreduce", "communication", layers, calls, 0.0,
+                      network=2 * (tp - 1) / tp * scores * calls,
+                      hops=2 * math.ceil(math.log2(tp)) * calls))
     return ops
 
 

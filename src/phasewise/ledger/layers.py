@@ -13,6 +13,7 @@ from functools import singledispatch
 from phasewise.specs.model import (
     MLP,
     Attention,
+    CompressedAttention,
     CrossAttention,
     DenseMLP,
     LatentAttention,
@@ -31,6 +32,16 @@ from phasewise.specs.model import (
 INDEXER_KEY_BYTES_PER_VALUE = 1
 INDEXER_SCALE_BYTES_PER_BLOCK = 4
 INDEXER_QUANT_BLOCK = 128
+
+
+# DeepSeek-V4's reference implementation (deepseek-ai/DeepSeek-V4-Flash and -Pro,
+# inference/model.py; a copy: github.com/Nicooo-Wang/DeepSeek-V4-Pro-code at commit
+# 0ec3a03c2fc34f29b2e72696ceaed9ae7a373aeb) keeps each compressor's pooling state, kv_state
+# and score_state, in fp32 (Compressor.__init__: dtype=torch.float32), and the
+# hyper-connection mixing weights (Block.hc_attn_fn / hc_ffn_fn, the head's hc_head_fn) in
+# fp32 too (set_dtype(torch.float32)).
+COMPRESSOR_STATE_BYTES = 4
+HYPER_CONNECTION_WEIGHT_BYTES = 4
 
 
 # ---- parameters ---------------------------------------------------------------------------
@@ -66,6 +77,56 @@ def _(mixer: LatentAttention, hidden: int) -> float:
         ih, id_ = mixer.index_heads, mixer.index_head_dim
         indexer = (mixer.q_lora_rank or hidden) * ih * id_ + hidden * id_ + 2 * id_ + hidden * ih
     return q + kv + heads * mixer.v_head_dim * hidden + indexer
+
+
+@mixer_params.register
+def _(mixer: CompressedAttention, hidden: int) -> float:
+    """DeepSeek-V4 (inference/model.py, Attention.__init__): attn_sink (one per head), wq_a
+    h×q_lora, q_norm, wq_b q_lora×heads·d, wkv h×d (the one shared key/value), kv_norm,
+    wo_a (heads·d/g)×(g·o_lora) (each of the g groups of heads projects its heads·d/g
+    outputs to o_lora: heads·d·o_lora in all), wo_b g·o_lora×h; a compressor when r > 0,
+    and at r = 4 an indexer."""
+    d, q_rank, o_rank = mixer.head_dim, mixer.q_lora_rank, mixer.o_lora_rank
+    query = hidden * q_rank + q_rank + q_rank * mixer.heads * d
+    key_value = hidden * d + d
+    output = mixer.heads * d * o_rank + mixer.o_groups * o_rank * hidden
+    total = mixer.heads + query + key_value + output
+    if mixer.compress_ratio:
+        total += compressor_params(hidden, d, mixer.compress_ratio, overlap=mixer.overlap)
+    if mixer.sparse:
+        total += v4_indexer_params(mixer, hidden)
+    return float(total)
+
+
+def compressor_params(hidden: int, head_dim: int, ratio: int, *, overlap: bool) -> int:
+    """DeepSeek-V4's Compressor: wkv and wgate, h×(c·d) each, a learned position bias ``ape``
+    r×(c·d) and an RMSNorm over d, where c = 2 for the overlapping ratio-4 compressor and 1
+    otherwise (Compressor.__init__: coff = 1 + overlap)."""
+    width = (2 if overlap else 1) * head_dim
+    return 2 * hidden * width + ratio * width + head_dim
+
+
+def v4_indexer_params(mixer: CompressedAttention, hidden: int) -> int:
+    """DeepSeek-V4's Indexer: wq_b from the query latent (q_lora × heads·d_i), weights_proj
+    h×heads, and its own overlapping ratio-4 compressor of width d_i."""
+    ih, id_ = mixer.index_heads, mixer.index_head_dim
+    return (mixer.q_lora_rank * ih * id_ + hidden * ih
+            + compressor_params(hidden, id_, mixer.compress_ratio, overlap=True))
+
+
+def hyper_connection_params(streams: int, hidden: int) -> int:
+    """One sub-block's hyper-connection mixing (DeepSeek-V4 Block.__init__, mHC): hc_fn of
+    (2+m)·m × m·h, a bias hc_base of (2+m)·m and 3 scales, for m = ``streams``."""
+    if streams <= 1:
+        return 0
+    mix = (2 + streams) * streams
+    return mix * streams * hidden + mix + 3
+
+
+def hyper_connection_head_params(streams: int, hidden: int) -> int:
+    """The head's reduction of the m streams to one (Transformer.hc_head_fn m × m·h,
+    hc_head_base m, hc_head_scale 1)."""
+    return streams * streams * hidden + streams + 1 if streams > 1 else 0
 
 
 @mixer_params.register
@@ -188,6 +249,22 @@ def _(mixer: LatentAttention, kv_bytes: float, tp: int = 1) -> float:
                      + blocks * INDEXER_SCALE_BYTES_PER_BLOCK)
 
 
+@kv_bytes_per_token.register
+def _(mixer: CompressedAttention, kv_bytes: float, tp: int = 1) -> float:
+    """The growing part of a DeepSeek-V4 layer's cache: one compressed entry of d values per
+    r tokens, d·bytes/r a token (Attention.kv_cache holds window + max_seq_len // r
+    entries of head_dim), and at r = 4 the indexer's compressed key, d_i·bytes/r (Indexer.
+    kv_cache, max_seq_len // r × index_head_dim). The window is bounded: it is state
+    (``state_bytes_per_sequence``). One KV head, replicated on every tensor-parallel rank
+    (wkv is a plain Linear)."""
+    if not mixer.compress_ratio:
+        return 0.0
+    per_token = mixer.head_dim * kv_bytes / mixer.compress_ratio
+    if mixer.sparse:
+        per_token += mixer.index_head_dim * kv_bytes / mixer.compress_ratio
+    return per_token
+
+
 @singledispatch
 def state_bytes_per_sequence(mixer: Mixer | None, state_bytes: float, tp: int = 1) -> float:
     """Fixed recurrent state one sequence holds in one layer, on one device: it does not grow
@@ -213,6 +290,27 @@ def _(mixer: Mamba2, state_bytes: float, tp: int = 1) -> float:
     conv_channels = mixer.inner + 2 * mixer.groups * mixer.state_size
     return (mixer.inner * mixer.state_size + (mixer.conv_kernel - 1) * conv_channels) \
         * state_bytes / tp
+
+
+@state_bytes_per_sequence.register
+def _(mixer: CompressedAttention, state_bytes: float, tp: int = 1) -> float:
+    """The bounded part of a DeepSeek-V4 layer's cache: the raw window of ``window`` entries
+    of d values (Attention.kv_cache[:, :window], a ring), and each compressor's fp32 pooling
+    state, kv_state and score_state of c·r × c·d each (Compressor.__init__; c = 2 at
+    r = 4), the indexer's own (d_i wide) too. Replicated on every tensor-parallel rank."""
+    window = mixer.window * mixer.head_dim * state_bytes
+    if not mixer.compress_ratio:
+        return window
+    pooling = _pooling_state_elements(mixer.compress_ratio, mixer.head_dim, mixer.overlap)
+    if mixer.sparse:
+        pooling += _pooling_state_elements(mixer.compress_ratio, mixer.index_head_dim, True)
+    return window + pooling * COMPRESSOR_STATE_BYTES
+
+
+def _pooling_state_elements(ratio: int, head_dim: int, overlap: bool) -> int:
+    """kv_state and score_state: 2 × (c·r) × (c·d) values."""
+    c = 2 if overlap else 1
+    return 2 * c * ratio * c * head_dim
 
 
 @state_bytes_per_sequence.register

@@ -71,6 +71,55 @@ class LatentAttention:
 
 
 @dataclass(frozen=True, slots=True)
+class CompressedAttention:
+    """DeepSeek-V4's attention (inference/model.py, class Attention): multi-query attention
+    with one shared key/value of ``head_dim`` (latent + ``rope_head_dim`` rope dims) per
+    entry, a low-rank query (``q_lora_rank``) and a grouped low-rank output projection
+    (``o_groups`` groups of heads, each projected to ``o_lora_rank``). Every layer attends
+    to a raw sliding ``window`` of recent tokens; with ``compress_ratio`` r > 0 also to a
+    cache of one compressed entry per r tokens: all of them (HCA, r = 128), or, at r = 4
+    (CSA), the ``index_topk`` a lightning indexer (``index_heads`` × ``index_head_dim``,
+    over its own compressed keys) selects."""
+
+    heads: int
+    head_dim: int
+    rope_head_dim: int
+    q_lora_rank: int
+    o_groups: int
+    o_lora_rank: int
+    window: int
+    compress_ratio: int = 0
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
+
+    @property
+    def sparse(self) -> bool:
+        """CSA: compressed entries chosen by the indexer (the reference builds an Indexer
+        exactly when compress_ratio == 4)."""
+        return self.compress_ratio == CSA_COMPRESS_RATIO and self.index_topk > 0
+
+    @property
+    def overlap(self) -> bool:
+        """The ratio-4 compressor pools overlapping windows of 2r tokens (Compressor.overlap),
+        so its projections are twice as wide."""
+        return self.compress_ratio == CSA_COMPRESS_RATIO
+
+    @property
+    def label(self) -> str:
+        if not self.compress_ratio:
+            return f"swa{self.window}"
+        if self.sparse:
+            return f"csa{self.compress_ratio}-top{self.index_topk}"
+        return f"hca{self.compress_ratio}"
+
+
+# DeepSeek-V4 inference/model.py: Compressor.overlap = compress_ratio == 4 and
+# Attention builds its Indexer only when compress_ratio == 4.
+CSA_COMPRESS_RATIO = 4
+
+
+@dataclass(frozen=True, slots=True)
 class LinearAttention:
     """Gated DeltaNet (Qwen3-Next, Qwen3.5) and Kimi Delta Attention: a fixed matrix state of
     ``value_heads`` × ``key_head_dim`` × ``value_head_dim`` per sequence, updated once per
@@ -146,8 +195,8 @@ class LinearMixer:
         return "linear"
 
 
-Mixer = (Attention | LatentAttention | LinearAttention | Mamba2 | ShortConv | CrossAttention
-         | LinearMixer)
+Mixer = (Attention | LatentAttention | CompressedAttention | LinearAttention | Mamba2 | ShortConv
+         | CrossAttention | LinearMixer)
 
 
 # ---- MLPs ---------------------------------------------------------------------------------
@@ -286,6 +335,9 @@ class ModelSpec:
     # 2h→h projection, DeepSeek-V3 §2.2), and a vision tower's parameter count.
     mtp_layers: tuple[Layer, ...] = ()
     vision_params: float = 0.0
+    # Hyper-connections (DeepSeek-V4's mHC, ``hc_mult``): the residual stream is this many
+    # copies of the hidden state, mixed before and after every sub-block; 0 or 1: a plain one.
+    hyper_connections: int = 0
     checkpoint: CheckpointFormats | None = None
     # What the config reader noticed and could not price (shown as warnings).
     notes: tuple[str, ...] = ()
@@ -427,6 +479,25 @@ def _check_layer(name: str, layer: Layer) -> None:
             raise InputError(f"model '{name}': attention with {mixer.heads} heads, "
                              f"{mixer.kv_heads} KV heads and head size {mixer.head_dim} is not "
                              "possible (heads must be a positive multiple of KV heads).")
+    if isinstance(mixer, CompressedAttention):
+        _check_compressed(name, mixer)
     if isinstance(layer.mlp, MoE) and not 0 < layer.mlp.top_k <= layer.mlp.experts:
         raise InputError(f"model '{name}': experts per token must be in 1..{layer.mlp.experts}, "
                          f"got {layer.mlp.top_k}.")
+
+
+def _check_compressed(name: str, mixer: CompressedAttention) -> None:
+    """Groups of whole heads, rope dims inside the head, a window, and the indexer's sizes
+    where the layer selects entries."""
+    problem = ""
+    if min(mixer.heads, mixer.head_dim, mixer.o_groups, mixer.o_lora_rank, mixer.window) <= 0:
+        problem = "heads, head_dim, o_groups, o_lora_rank and the window must be positive"
+    elif mixer.heads % mixer.o_groups:
+        problem = f"{mixer.heads} heads do not split into {mixer.o_groups} output groups"
+    elif mixer.rope_head_dim >= mixer.head_dim:
+        problem = f"rope dims {mixer.rope_head_dim} do not fit in head_dim {mixer.head_dim}"
+    elif mixer.sparse and min(mixer.index_heads, mixer.index_head_dim) <= 0:
+        problem = "a ratio-4 layer with index_topk needs index_n_heads and index_head_dim"
+    if problem:
+        raise InputError(f"model '{name}': compressed attention: {problem}; check the "
+                         "config.json.")
