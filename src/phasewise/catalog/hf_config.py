@@ -11,7 +11,7 @@ from phasewise.catalog.hf_layers import Config
 from phasewise.catalog.hf_quant import checkpoint_formats, with_expert_format
 from phasewise.errors import InputError
 from phasewise.specs import ModelSpec
-from phasewise.specs.model import Attention, Layer, MoE, uniform_layers
+from phasewise.specs.model import Attention, Layer, MoE, projection_names, uniform_layers
 
 # Model types whose MLP is a plain up/activation/down (no gate projection).
 UNGATED_MLP_TYPES = {"bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "opt", "gpt_bigcode",
@@ -178,9 +178,11 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
         raise InputError(f"{name}: the config describes {len(layer_specs)} layers but "
                          f"num_hidden_layers is {layers}.")
     probe = ModelSpec(**uniform, layer_specs=layer_specs)
+    parts = tuple(dict.fromkeys(name for mixer in probe.mixers for name in projection_names(mixer)))
     quant, quant_notes = checkpoint_formats(raw.get("quantization_config")
                                             or cfg.get("quantization_config"), sidecar,
-                                            moe=probe.is_moe, num_layers=int(layers))
+                                            moe=probe.is_moe, num_layers=int(layers),
+                                            attention_parts=parts)
     notes += quant_notes
     mtp = _mtp_layers(cfg, probe)
     quant = with_expert_format(quant, cfg.get("expert_dtype"), probe.is_moe)

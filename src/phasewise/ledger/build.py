@@ -10,7 +10,7 @@ and MLP (``ledger.layers`` has the per-kind counts).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from phasewise.errors import InputError
@@ -26,6 +26,7 @@ from phasewise.ledger.layers import (
     COMPRESSOR_STATE_BYTES,
     HYPER_CONNECTION_WEIGHT_BYTES,
     kv_bytes_per_token,
+    mixer_weight_bytes,
     state_bytes_per_sequence,
 )
 from phasewise.ledger.moe import expected_distinct_experts
@@ -107,13 +108,23 @@ def _build(model: ModelSpec, step: Step, precision: Precision, par: Parallelism)
     shard = _shard(step, precision, par)
     ops: list[Op] = [_embedding(model, shard)]
     for group in model.layer_groups:
-        ops += _layer_ops(model, group, step, shard, par)
+        ops += _layer_ops(model, group, step, _group_shard(model, group, shard, precision), par)
     ops += _head(model, shard, par)
     if par.pp > 1:
         message = shard.tokens * model.hidden_size * shard.ab
         ops.append(Op("pp.send", "communication", f"{par.pp - 1} stage boundaries", par.pp - 1,
                       0.0, network=message * (par.pp - 1), hops=par.pp - 1))
     return Ledger(step, tuple(ops), precision.math_format, par.devices)
+
+
+def _group_shard(model: ModelSpec, group: LayerGroup, shard: _Shard, precision: Precision) -> _Shard:
+    """The shard with the group's mixer weights at their parameter-weighted bytes where the
+    checkpoint stores some attention projections in a format of their own."""
+    if not precision.projection_weights or group.layer.mixer is None:
+        return shard
+    wb = mixer_weight_bytes(group.layer.mixer, model.hidden_size, shard.wb,
+                            precision.projection_bytes)
+    return shard if wb == shard.wb else replace(shard, wb=wb)
 
 
 def check_parallelism(model: ModelSpec, par: Parallelism) -> None:

@@ -25,6 +25,7 @@ from phasewise.specs.model import (
     Mixer,
     MoE,
     ShortConv,
+    projection_names,
 )
 
 # vLLM's DeepSeek-V3.2 indexer cache stores each token's index key in fp8 with one fp32
@@ -55,9 +56,7 @@ def mixer_params(mixer: Mixer, hidden: int) -> float:
 @mixer_params.register
 def _(mixer: Attention, hidden: int) -> float:
     """Q (doubled by an output gate), K, V and O projections."""
-    q = mixer.heads * mixer.head_dim * (2 if mixer.gated else 1)
-    kv = mixer.kv_heads * (mixer.head_dim + mixer.v_dim)
-    return hidden * (q + kv) + mixer.heads * mixer.v_dim * hidden
+    return sum(params for _, params in mixer_projections(mixer, hidden))
 
 
 @mixer_params.register
@@ -65,18 +64,57 @@ def _(mixer: LatentAttention, hidden: int) -> float:
     """MLA (DeepSeek-V2 §2.1): q_a, q_b (or one q projection without a query rank), kv_a with
     the shared rope key, kv_b, their norms and O; plus V3.2's indexer (wq_b from the query
     latent, wk, its LayerNorm and the per-head weights projection)."""
-    heads, lora, rope = mixer.heads, mixer.kv_lora_rank, mixer.qk_rope_head_dim
-    if mixer.q_lora_rank:
-        q = hidden * mixer.q_lora_rank + mixer.q_lora_rank \
-            + mixer.q_lora_rank * heads * mixer.qk_head_dim
-    else:
-        q = hidden * heads * mixer.qk_head_dim
-    kv = hidden * (lora + rope) + lora + lora * heads * (mixer.qk_nope_head_dim + mixer.v_head_dim)
-    indexer = 0.0
+    return sum(params for _, params in mixer_projections(mixer, hidden))
+
+
+@singledispatch
+def mixer_projections(mixer: Mixer, hidden: int) -> tuple[tuple[str, float], ...]:
+    """A mixer's parameters by the checkpoint's module name of each projection (the names
+    Hugging Face checkpoints and their quantization configs use), so a checkpoint that
+    quantizes some projections and not others is sized per projection. Norm weights go
+    under "norm". A mixer no checkpoint names in parts is one part, ""."""
+    return (("", mixer_params(mixer, hidden)),)
+
+
+@mixer_projections.register
+def _(mixer: Attention, hidden: int) -> tuple[tuple[str, float], ...]:
+    q = mixer.heads * mixer.head_dim * (2 if mixer.gated else 1)
+    sizes = (hidden * q, hidden * mixer.kv_heads * mixer.head_dim,
+             hidden * mixer.kv_heads * mixer.v_dim, mixer.heads * mixer.v_dim * hidden)
+    return tuple(zip(projection_names(mixer), map(float, sizes), strict=True))
+
+
+@mixer_projections.register
+def _(mixer: LatentAttention, hidden: int) -> tuple[tuple[str, float], ...]:
+    """transformers' DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj (q_proj without
+    a query rank), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; V3.2's indexer
+    (wq_b, wk, k_norm, weights_proj) as one part, "indexer"."""
+    heads, lora, rope, q_rank = (mixer.heads, mixer.kv_lora_rank, mixer.qk_rope_head_dim,
+                                 mixer.q_lora_rank)
+    query = ([hidden * q_rank, q_rank * heads * mixer.qk_head_dim] if q_rank
+             else [hidden * heads * mixer.qk_head_dim])
+    sizes = [*query, hidden * (lora + rope),
+             lora * heads * (mixer.qk_nope_head_dim + mixer.v_head_dim),
+             heads * mixer.v_head_dim * hidden]
     if mixer.index_topk:
         ih, id_ = mixer.index_heads, mixer.index_head_dim
-        indexer = (mixer.q_lora_rank or hidden) * ih * id_ + hidden * id_ + 2 * id_ + hidden * ih
-    return q + kv + heads * mixer.v_head_dim * hidden + indexer
+        sizes.append((q_rank or hidden) * ih * id_ + hidden * id_ + 2 * id_ + hidden * ih)
+    parts = tuple(zip(projection_names(mixer), map(float, sizes), strict=True))
+    return (*parts, ("norm", float(q_rank + lora)))
+
+
+def mixer_weight_bytes(mixer: Mixer, hidden: int, class_bytes: float,
+                       projection_bytes: dict[str, float]) -> float:
+    """Bytes per weight of a mixer whose checkpoint stores some projections in a format of
+    their own (``projection_bytes``, by module name; the rest at ``class_bytes``): the
+    parameter-weighted mean, Σ params_p · bytes_p / Σ params_p."""
+    if not projection_bytes:
+        return class_bytes
+    parts = mixer_projections(mixer, hidden)
+    total = sum(params for _, params in parts)
+    if not total:
+        return class_bytes
+    return sum(params * projection_bytes.get(name, class_bytes) for name, params in parts) / total
 
 
 @mixer_params.register

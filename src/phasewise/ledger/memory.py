@@ -9,6 +9,7 @@ from phasewise.ledger.layers import (
     hyper_connection_params,
     kv_bytes_per_token,
     mixer_params,
+    mixer_weight_bytes,
     state_bytes_per_sequence,
 )
 from phasewise.ledger.params import param_counts
@@ -25,13 +26,17 @@ def weight_bytes_per_device(model: ModelSpec, precision: Precision, par: Paralle
     precision = precision.for_model(model)
     counts = param_counts(model)
     h = model.hidden_size
-    mixers = sum(g.count * mixer_params(g.layer.mixer, h) for g in model.layer_groups
-                 if g.layer.mixer is not None)
+    attention_bytes = precision.weight_bytes_for("attention")
+    mixer_groups = [(g.count * mixer_params(g.layer.mixer, h),
+                     mixer_weight_bytes(g.layer.mixer, h, attention_bytes,
+                                        precision.projection_bytes))
+                    for g in model.layer_groups if g.layer.mixer is not None]
+    mixers = sum(params for params, _ in mixer_groups)
     embed = counts.embedding
     head = 0.0 if model.tie_word_embeddings else counts.embedding
     mixing = _hyper_connection_params(model)
     mlp = counts.total - counts.routed_experts - mixers - embed - head - mixing
-    tp_split = (mixers * precision.weight_bytes_for("attention")
+    tp_split = (sum(params * wb for params, wb in mixer_groups)
                 + mlp * precision.weight_bytes_for("mlp")
                 + mixing * HYPER_CONNECTION_WEIGHT_BYTES
                 + embed * precision.weight_bytes_for("embed")

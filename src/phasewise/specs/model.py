@@ -199,6 +199,19 @@ Mixer = (Attention | LatentAttention | CompressedAttention | LinearAttention | M
          | CrossAttention | LinearMixer)
 
 
+def projection_names(mixer: Mixer | None) -> tuple[str, ...]:
+    """The module names a Hugging Face checkpoint gives a mixer's projections (the names its
+    quantization config excludes or quantizes one by one): transformers' LlamaAttention and
+    DeepseekV3Attention, and DeepSeek-V3.2's indexer as one part."""
+    if isinstance(mixer, Attention):
+        return ("q_proj", "k_proj", "v_proj", "o_proj")
+    if isinstance(mixer, LatentAttention):
+        query = ("q_a_proj", "q_b_proj") if mixer.q_lora_rank else ("q_proj",)
+        indexer = ("indexer",) if mixer.index_topk else ()
+        return (*query, "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", *indexer)
+    return ()
+
+
 # ---- MLPs ---------------------------------------------------------------------------------
 
 
@@ -292,6 +305,9 @@ class CheckpointFormats:
     kv_cache: str | None = None
     method: str = ""
     source: str = ""
+    # Attention projections stored otherwise than their class (projection name, format):
+    # a checkpoint that excludes q_a/q_b/kv_a/kv_b from quantization but not o_proj.
+    projections: tuple[tuple[str, str], ...] = ()
 
     def format_of(self, module_class: str) -> str | None:
         return dict(self.weights).get(module_class)
