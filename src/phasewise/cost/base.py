@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from phasewise.errors import InputError
 from phasewise.ledger import Ledger, Op
@@ -109,3 +110,30 @@ def sum_timings(timings: list[Timing]) -> Timing:
         over_s += t.overhead_s
     bound = max(parts, key=parts.__getitem__)
     return Timing(total, comp_s, mem_s, net_s, over_s, bound, flops, mem, net)
+
+
+# Bounds of the cost models' memos: resolved models per (device, profile, engine), and priced
+# operators per device (a sweep prices the same weight GEMMs at every context).
+RESOLVED_MEMO_SIZE = 64
+PRICED_OPS_MEMO_SIZE = 20_000
+
+
+class IdentityMemo:
+    """Values keyed by the identity of inputs that are slow to hash or unhashable (a
+    HardwareSpec, a calibration Profile), holding the inputs themselves so an id is never
+    reused while its entry lives; cleared whole when it reaches ``size`` entries."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.entries: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+
+    def get(self, objects: tuple, make: Callable[[], Any]) -> Any:
+        key = tuple(map(id, objects))
+        hit = self.entries.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], objects, strict=True)):
+            return hit[1]
+        if len(self.entries) >= self.size:
+            self.entries.clear()
+        value = make()
+        self.entries[key] = (objects, value)
+        return value

@@ -4,6 +4,7 @@ ledger prices (``ledger.layers``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from phasewise.ledger.layers import (
     hyper_connection_head_params,
@@ -45,6 +46,7 @@ def layer_params(layer: Layer, hidden: int, streams: int = 0) -> tuple[float, fl
     return mixer + mlp_total + per_sub_block, mixer + mlp_active + per_sub_block
 
 
+@lru_cache(maxsize=1024)
 def param_counts(model: ModelSpec, *, kv_bytes: float = 2.0,
                  state_bytes: float | None = None) -> ParamCounts:
     """Total and active parameters (weights and norms; biases left out), KV-cache bytes per

@@ -12,7 +12,7 @@ the uniform fields from its attention layers (the profiler's reference transform
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from phasewise.errors import InputError
 
@@ -359,6 +359,7 @@ class ModelSpec:
     notes: tuple[str, ...] = ()
     _layers: tuple[Layer, ...] = field(default=(), init=False, repr=False, compare=False)
     _groups: tuple[LayerGroup, ...] = field(default=(), init=False, repr=False, compare=False)
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         positive = ("hidden_size", "num_layers", "vocab_size")
@@ -394,6 +395,14 @@ class ModelSpec:
                              f"1..{self.num_experts}, got {self.experts_per_token}.")
         if "sliding" in self.layer_types and not self.sliding_window:
             raise InputError(f"model '{self.name}': sliding layers need a sliding_window.")
+
+    def __hash__(self) -> int:
+        """The hash of the compared fields, computed once: the ledger's cache looks a model
+        up on every step, and a per-layer spec is long to hash."""
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash(tuple(
+                getattr(self, f.name) for f in fields(self) if f.compare)))
+        return self._hash  # type: ignore[return-value]
 
     # ---- views over the layers ----
 
