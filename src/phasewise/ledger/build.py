@@ -10,7 +10,7 @@ and MLP (``ledger.layers`` has the per-kind counts).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from phasewise.errors import InputError
@@ -48,6 +48,10 @@ from phasewise.specs.model import (
     MoE,
     ShortConv,
 )
+
+# Operators that depend on a step's new tokens but not on its cached contexts (GEMMs, norms,
+# MLPs, collectives) are memoised: the steps of an estimate and of a sweep share them.
+OPS_MEMO_SIZE = 8192
 
 # vLLM's and SGLang's MLA backends run the absorbed (latent-space) kernel for decode and
 # short speculative verify queries, and decompress K/V for longer prefill chunks.
@@ -93,6 +97,16 @@ class _Shard:
     kvb: float
     kv_keep: float  # fraction of cached tokens the cache keeps (Precision.kv_keep)
     kv_convert: bool  # KV stored narrower than activations: dequantize on read
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        """Computed once: the operator builders below are memoised on the shard."""
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash((
+                self.tokens, self.logit_tokens, self.sequences, self.moe_tokens, self.wb,
+                self.mlp_wb, self.expert_wb, self.embed_wb, self.head_wb, self.expert_format,
+                self.ab, self.kvb, self.kv_keep, self.kv_convert)))
+        return self._hash  # type: ignore[return-value]
 
 
 def build_ledger(model: ModelSpec, step: Step, precision: Precision = Precision(),
@@ -174,6 +188,7 @@ def _shard(step: Step, precision: Precision, par: Parallelism) -> _Shard:
     )
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _gemm(name: str, layers: str, calls: int, m: float, n: float, k: float, shard: _Shard,
           *, weight_bytes: float | None = None, weight_rows: float | None = None) -> Op:
     """(m×k)·(k×n) per call: 2·m·n·k FLOPs, the k×n weight read once, input and output
@@ -185,6 +200,7 @@ def _gemm(name: str, layers: str, calls: int, m: float, n: float, k: float, shar
               activations=(m * k + m * n) * shard.ab * calls, m=m, n=n, k=k)
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _norm(name: str, layers: str, calls: int, width: float, shard: _Shard) -> Op:
     elements = shard.tokens * width
     return Op(name, "elementwise", layers, calls, NORM_FLOPS_PER_ELEMENT * elements * calls,
@@ -192,6 +208,7 @@ def _norm(name: str, layers: str, calls: int, width: float, shard: _Shard) -> Op
               activations=2 * elements * shard.ab * calls)
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int) -> Op:
     """All-reduce of the hidden states at its lower bounds: the ring's bandwidth term, 2(p−1)/p
     of the message leaving each device, and a tree's 2·⌈log2 p⌉ latency-bound rounds (NCCL
@@ -202,6 +219,7 @@ def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int
               network=2 * (tp - 1) / tp * message * calls, hops=rounds * calls)
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _embedding(model: ModelSpec, shard: _Shard) -> Op:
     """Embedding lookups read one row per token, not the table."""
     rows = shard.tokens * model.hidden_size
@@ -244,8 +262,9 @@ def _layer_ops(model: ModelSpec, group: LayerGroup, step: Step, shard: _Shard,
     return ops
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _hyper_connection(prefix: str, streams: int, model: ModelSpec, shard: _Shard, layers: str,
-                      calls: int) -> list[Op]:
+                      calls: int) -> tuple[Op, ...]:
     """DeepSeek-V4's manifold-constrained hyper-connections around a sub-block (inference/
     model.py Block.hc_pre / hc_post): the m = ``streams`` copies of the hidden state, flattened
     to m·h, project to (2+m)·m mixing weights (one GEMM against fp32 hc_fn); then the weighted
@@ -255,11 +274,11 @@ def _hyper_connection(prefix: str, streams: int, model: ModelSpec, shard: _Shard
     out (a few hundred FLOPs a token)."""
     h, t, m = model.hidden_size, shard.tokens, streams
     mix = (2 + m) * m
-    return [_gemm(f"{prefix}.hc_mix", layers, calls, t, mix, m * h, shard,
+    return (_gemm(f"{prefix}.hc_mix", layers, calls, t, mix, m * h, shard,
                   weight_bytes=HYPER_CONNECTION_WEIGHT_BYTES),
             Op(f"{prefix}.hc_combine", "elementwise", layers, calls,
                (4 * m + 2 * m * m) * h * t * calls,
-               activations=2 * m * h * t * shard.ab * calls)]
+               activations=2 * m * h * t * shard.ab * calls))
 
 
 def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallelism,  # noqa: ANN001
@@ -588,10 +607,13 @@ def _short_conv(model: ModelSpec, mixer: ShortConv, shard: _Shard, par: Parallel
     ]
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _mlp_ops(model: ModelSpec, mlp, shard: _Shard, par: Parallelism, layers: str,  # noqa: ANN001
-             calls: int) -> list[Op]:
+             calls: int) -> tuple[Op, ...]:
+    """An MLP's operators: a function of the step's new tokens (the shard), not of its
+    cached contexts, so a sweep over contexts builds them once."""
     if isinstance(mlp, DenseMLP):
-        return _dense_mlp("mlp", mlp.width / par.tp, mlp.gated, model, shard, layers, calls)
+        return tuple(_dense_mlp("mlp", mlp.width / par.tp, mlp.gated, model, shard, layers, calls))
     if isinstance(mlp, MoE):
         ops = _moe(model, mlp, shard, par, layers, calls)
         if mlp.shared_width:
@@ -600,11 +622,11 @@ def _mlp_ops(model: ModelSpec, mlp, shard: _Shard, par: Parallelism, layers: str
         if mlp.dense_width:
             ops += _dense_mlp("moe.dense", mlp.dense_width / par.tp, mlp.gated, model, shard,
                               layers, calls)
-        return ops
+        return tuple(ops)
     if isinstance(mlp, LinearMLP):
         h = model.hidden_size
-        return [_gemm("mlp.linear", layers, calls, shard.tokens, h / par.tp, h, shard,
-                      weight_bytes=shard.mlp_wb)]
+        return (_gemm("mlp.linear", layers, calls, shard.tokens, h / par.tp, h, shard,
+                      weight_bytes=shard.mlp_wb),)
     raise TypeError(f"no ledger for MLP {type(mlp).__name__}")
 
 

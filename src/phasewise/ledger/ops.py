@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from phasewise.ledger.step import Step
 
@@ -52,8 +52,10 @@ class Op:
         """The hash of the compared fields, computed once: cost models remember priced
         operators by value."""
         if self._hash is None:
-            object.__setattr__(self, "_hash", hash(tuple(
-                getattr(self, f.name) for f in _OP_FIELDS)))
+            object.__setattr__(self, "_hash", hash((
+                self.name, self.kind, self.layers, self.calls, self.flops, self.weights,
+                self.kv_read, self.kv_write, self.activations, self.network, self.m, self.n,
+                self.k, self.hops, self.tokens, self.expert_load, self.keys, self.block_format)))
         return self._hash  # type: ignore[return-value]
 
     @property
@@ -69,9 +71,6 @@ class Op:
     def arithmetic_intensity(self) -> float:
         """FLOP per byte of memory traffic (0 for pure communication)."""
         return self.flops / self.memory_bytes if self.memory_bytes else 0.0
-
-
-_OP_FIELDS = tuple(f for f in fields(Op) if f.compare)
 
 
 @dataclass(frozen=True, slots=True)
