@@ -112,16 +112,19 @@ def sum_timings(timings: list[Timing]) -> Timing:
     return Timing(total, comp_s, mem_s, net_s, over_s, bound, flops, mem, net)
 
 
-# Bounds of the cost models' memos: resolved models per (device, profile, engine), and priced
-# operators per device (a sweep prices the same weight GEMMs at every context).
-RESOLVED_MEMO_SIZE = 64
-PRICED_OPS_MEMO_SIZE = 20_000
+# Bounds of the cost models' memos: resolved models per (device, profile, engine), devices
+# per model, and priced operators per device (a sweep prices the same weight GEMMs at every
+# context). At a few hundred bytes an entry, 16 × 4,096 operators stay within tens of MB
+# in a long-running process (the web app, a plan search).
+RESOLVED_MEMO_SIZE = 16
+PRICED_OPS_MEMO_SIZE = 4096
 
 
 class IdentityMemo:
     """Values keyed by the identity of inputs that are slow to hash or unhashable (a
-    HardwareSpec, a calibration Profile), holding the inputs themselves so an id is never
-    reused while its entry lives; cleared whole when it reaches ``size`` entries."""
+    HardwareSpec, a calibration Profile). Each entry holds its inputs, so while it lives no
+    other object can take their ids: a key found is the same objects. Cleared whole when it
+    reaches ``size`` entries."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -130,7 +133,7 @@ class IdentityMemo:
     def get(self, objects: tuple, make: Callable[[], Any]) -> Any:
         key = tuple(map(id, objects))
         hit = self.entries.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], objects, strict=True)):
+        if hit is not None:
             return hit[1]
         if len(self.entries) >= self.size:
             self.entries.clear()

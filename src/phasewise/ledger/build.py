@@ -541,8 +541,9 @@ def _v4_indexer(model: ModelSpec, mixer: CompressedAttention, step: Step, shard:
     return ops
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
-                      par: Parallelism, layers: str, calls: int) -> list[Op]:
+                      par: Parallelism, layers: str, calls: int) -> tuple[Op, ...]:
     """Gated DeltaNet / KDA: projections, a short conv over q, k, v, the delta-rule update of
     a fixed state (read and written once per sequence per step), a gated norm, out_proj."""
     h, t, tp = model.hidden_size, shard.tokens, par.tp
@@ -551,7 +552,7 @@ def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
     conv_channels = 2 * nk * dk + nv * dv
     in_width = 2 * nk * dk + 2 * nv * dv + 2 * nv
     state = state_bytes_per_sequence(mixer, shard.kvb, tp)
-    return [
+    return (
         _gemm("linear_attn.in_proj", layers, calls, t, in_width, h, shard),
         Op("linear_attn.conv", "elementwise", layers, calls,
            CONV_FLOPS_PER_TAP * mixer.conv_kernel * conv_channels * t * calls,
@@ -563,11 +564,12 @@ def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
            activations=(conv_channels + nv * dv) * t * shard.ab * calls),
         _norm("linear_attn.norm", layers, calls, nv * dv, shard),
         _gemm("linear_attn.out", layers, calls, t, h, nv * dv, shard),
-    ]
+    )
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, layers: str,
-            calls: int) -> list[Op]:
+            calls: int) -> tuple[Op, ...]:
     """Mamba-2: in_proj to (z, x, B, C, dt), the conv over (x, B, C), the SSM recurrence over
     a fixed state (read and written once per sequence per step), a gated norm, out_proj."""
     h, t, tp = model.hidden_size, shard.tokens, par.tp
@@ -575,7 +577,7 @@ def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, la
     bc = 2 * mixer.groups * mixer.state_size
     conv_channels = inner + bc
     state = state_bytes_per_sequence(mixer, shard.kvb, tp)
-    return [
+    return (
         _gemm("ssm.in_proj", layers, calls, t, 2 * inner + bc + mixer.heads / tp, h, shard),
         Op("ssm.conv", "elementwise", layers, calls,
            CONV_FLOPS_PER_TAP * mixer.conv_kernel * conv_channels * t * calls,
@@ -587,16 +589,17 @@ def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, la
            activations=(conv_channels + inner) * t * shard.ab * calls),
         _norm("ssm.norm", layers, calls, inner, shard),
         _gemm("ssm.out", layers, calls, t, h, inner, shard),
-    ]
+    )
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _short_conv(model: ModelSpec, mixer: ShortConv, shard: _Shard, par: Parallelism,
-                layers: str, calls: int) -> list[Op]:
+                layers: str, calls: int) -> tuple[Op, ...]:
     """LFM2's short conv: in_proj, the gated depthwise conv over a state of kernel−1 inputs
     (read and written once per sequence per step), out_proj."""
     h, t, width = model.hidden_size, shard.tokens, mixer.width / par.tp
     state = state_bytes_per_sequence(mixer, shard.kvb, par.tp)
-    return [
+    return (
         _gemm("conv.in_proj", layers, calls, t, 3 * width, h, shard),
         Op("conv.conv", "elementwise", layers, calls,
            (CONV_FLOPS_PER_TAP * mixer.kernel + 2) * width * t * calls,
@@ -604,7 +607,7 @@ def _short_conv(model: ModelSpec, mixer: ShortConv, shard: _Shard, par: Parallel
            kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
            activations=4 * width * t * shard.ab * calls),
         _gemm("conv.out", layers, calls, t, h, width, shard),
-    ]
+    )
 
 
 @lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
@@ -681,7 +684,8 @@ def _moe(model: ModelSpec, mlp: MoE, shard: _Shard, par: Parallelism, layers: st
     return ops
 
 
-def _head(model: ModelSpec, shard: _Shard, par: Parallelism) -> list[Op]:
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
+def _head(model: ModelSpec, shard: _Shard, par: Parallelism) -> tuple[Op, ...]:
     """Final norm, then the LM head on the tokens that need logits only."""
     vocab = model.vocab_size / par.tp
     ops = [_norm("final.norm", "output", 1, model.hidden_size, shard)]
@@ -692,4 +696,4 @@ def _head(model: ModelSpec, shard: _Shard, par: Parallelism) -> list[Op]:
             gathered = (par.tp - 1) / par.tp * shard.logit_tokens * model.vocab_size * shard.ab
             ops.append(Op("tp.allgather", "communication", "output", 1, 0.0, network=gathered,
                           hops=par.tp - 1))
-    return ops
+    return tuple(ops)
