@@ -10,6 +10,7 @@ and MLP (``ledger.layers`` has the per-kind counts).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -282,7 +283,7 @@ def _hyper_connection(prefix: str, streams: int, model: ModelSpec, shard: _Shard
 
 
 def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallelism,  # noqa: ANN001
-               layers: str, calls: int) -> list[Op]:
+               layers: str, calls: int) -> Sequence[Op]:
     if isinstance(mixer, Attention):
         return _attention(model, mixer, step, shard, par, layers, calls)
     if isinstance(mixer, LatentAttention):
