@@ -861,3 +861,12 @@ def test_every_geforce_sheet_states_its_fp16_accumulate_rate():
             assert device.fp16_accumulate_speedup == 2.0, name
         elif device.vendor != "NVIDIA":
             assert device.fp16_accumulate_speedup == 1.0, name
+
+
+def test_a_resolved_model_is_reused_for_the_same_device_and_remade_for_another():
+    # Calibrated.for_device memoises on the device, profile and engine: the same inputs give
+    # the same model (and its priced operators), another device its own constants.
+    h100, a100 = load_hardware("h100-sxm"), load_hardware("a100-80gb-pcie")
+    assert Calibrated.for_device(h100) is Calibrated.for_device(h100)
+    assert Calibrated.for_device(a100) is not Calibrated.for_device(h100)
+    assert Calibrated.for_device(h100, engine="vllm") is not Calibrated.for_device(h100)

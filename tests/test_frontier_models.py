@@ -466,13 +466,7 @@ WEIGHTS = [("deepseek-v3.1-nvfp4", DSV31_WEIGHT_BYTES),
            ("kimi-k2.5", K25_WEIGHT_BYTES)]
 
 
-WEIGHT_CASES = [pytest.param(n, b, marks=pytest.mark.xfail(
-    reason="the checkpoint quantizes o_proj but excludes the other MLA projections; phasewise "
-           "keeps one format per module class (attention), so o_proj is sized in bf16",
-    strict=True)) if n == "deepseek-v3.1-nvfp4" else (n, b) for n, b in WEIGHTS]
-
-
-@pytest.mark.parametrize("name,weight_bytes", WEIGHT_CASES, ids=[n for n, _ in WEIGHTS])
+@pytest.mark.parametrize("name,weight_bytes", WEIGHTS, ids=[n for n, _ in WEIGHTS])
 def test_weight_bytes_follow_the_checkpoint_format(name, weight_bytes):
     # The bytes of the weights at the formats the checkpoint's quantization_config /
     # hf_quant_config.json declare, block scales included ('auto', the default).

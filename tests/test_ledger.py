@@ -180,3 +180,20 @@ def test_model_specs_are_transformed_by_replace():
     ratio = build_ledger(fewer_layers, Step.decode(1, 100)).bytes("kv_read") / \
         build_ledger(LLAMA, Step.decode(1, 100)).bytes("kv_read")
     assert ratio == 0.5
+
+
+def test_an_operator_hashes_by_every_compared_field():
+    # Op.__hash__ is written out by hand (cost models remember priced operators by value):
+    # equal operators hash alike, and the hash covers each compared field.
+    from dataclasses import fields, replace
+
+    from phasewise.ledger import Op
+
+    op = Op("attn.qkv", "gemm", "all", 2, 1.0, weights=2.0, m=1.0, n=2.0, k=3.0)
+    assert hash(op) == hash(replace(op))
+    compared = [f for f in fields(Op) if f.compare]
+    assert len(compared) == 18
+    for f in compared:
+        value = getattr(op, f.name)
+        other = replace(op, **{f.name: value + ("x" if isinstance(value, str) else 1)})
+        assert other != op and hash(other) != hash(op), f.name

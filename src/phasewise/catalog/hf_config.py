@@ -8,10 +8,10 @@ from typing import Any
 
 from phasewise.catalog import hf_layers
 from phasewise.catalog.hf_layers import Config
-from phasewise.catalog.hf_quant import checkpoint_formats
+from phasewise.catalog.hf_quant import checkpoint_formats, with_expert_format
 from phasewise.errors import InputError
 from phasewise.specs import ModelSpec
-from phasewise.specs.model import Attention, Layer, MoE, uniform_layers
+from phasewise.specs.model import Attention, Layer, MoE, projection_names, uniform_layers
 
 # Model types whose MLP is a plain up/activation/down (no gate projection).
 UNGATED_MLP_TYPES = {"bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "opt", "gpt_bigcode",
@@ -50,7 +50,7 @@ HARMLESS_KEYS = {
     "sliding_window_size", "qk_head_dim", "indexer_rope_interleave", "mtp_transformer_layers",
     "pruned_heads", "ignore_index", "use_unified_vision_chunk", "num_kv_shared_layers",
     "hidden_size_per_layer_input", "use_double_wide_mlp", "torch_dtype", "dtype",
-    "hc_eps", "hc_sinkhorn_iters", "mamba_ssm_dtype", "num_beam_groups",
+    "hc_eps", "hc_sinkhorn_iters", "mamba_ssm_dtype", "num_beam_groups", "compress_rope_theta",
 }
 TOKEN_KEY = re.compile(r"token_(index|id)s?$|_token$")
 
@@ -178,14 +178,27 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
         raise InputError(f"{name}: the config describes {len(layer_specs)} layers but "
                          f"num_hidden_layers is {layers}.")
     probe = ModelSpec(**uniform, layer_specs=layer_specs)
+    parts = tuple(dict.fromkeys(name for mixer in probe.mixers for name in projection_names(mixer)))
     quant, quant_notes = checkpoint_formats(raw.get("quantization_config")
                                             or cfg.get("quantization_config"), sidecar,
-                                            moe=probe.is_moe, num_layers=int(layers))
+                                            moe=probe.is_moe, num_layers=int(layers),
+                                            attention_parts=parts)
     notes += quant_notes
     mtp = _mtp_layers(cfg, probe)
+    quant = with_expert_format(quant, cfg.get("expert_dtype"), probe.is_moe)
+    streams = _hyper_connections(cfg, name)
     notes += _unread_keys(cfg)
     return ModelSpec(**uniform, layer_specs=layer_specs, mtp_layers=mtp,
-                     vision_params=_vision_params(raw), checkpoint=quant, notes=tuple(notes))
+                     vision_params=_vision_params(raw), checkpoint=quant, notes=tuple(notes),
+                     hyper_connections=streams)
+
+
+def _hyper_connections(cfg: Config, name: str) -> int:
+    """DeepSeek-V4's ``hc_mult``: copies of the residual stream (mHC); 0 when absent."""
+    value = cfg.get("hc_mult")
+    if value is None:
+        return 0
+    return hf_layers.whole(cfg, "hc_mult", name=name)
 
 
 # Model types whose configs leave out num_key_value_heads because every head has its own
@@ -251,7 +264,8 @@ def _per_layer(cfg: Config, name: str, uniform: dict[str, Any]) -> tuple[Layer, 
     if uniform.get("num_experts") and not sparse:
         sparse = (True,) * uniform["num_layers"]
     gated = uniform["gated_mlp"]
-    for reader in (lambda: hf_layers.nemotron_h_layers(cfg, name),
+    for reader in (lambda: hf_layers.deepseek_v4_layers(cfg, name, sparse),
+                   lambda: hf_layers.nemotron_h_layers(cfg, name),
                    lambda: hf_layers.nas_layers(cfg, name),
                    lambda: hf_layers.qwen3_next_layers(cfg, name, sparse),
                    lambda: hf_layers.kimi_linear_layers(cfg, name, sparse),
@@ -278,6 +292,11 @@ def _mtp_layers(cfg: Config, model: ModelSpec) -> tuple[Layer, ...]:
         or (cfg.get("num_mtp_modules") if cfg.get("use_mtp") else 0) or 0
     if not count:
         return ()
+    ratios = hf_layers.compress_ratios(cfg, model.name) or []
+    if len(ratios) >= model.num_layers + int(count):  # DeepSeek-V4: each MTP layer's own ratio
+        mlp = model.layers[-1].mlp
+        return tuple(Layer(hf_layers.compressed_attention(cfg, model.name, ratio), mlp)
+                     for ratio in ratios[model.num_layers:model.num_layers + int(count)])
     softmax = [layer for layer in model.layers if layer.mixer is not None
                and not model_is_recurrent(layer)]
     like = (softmax or list(model.layers))[-1]

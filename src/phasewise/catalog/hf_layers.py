@@ -21,6 +21,7 @@ from phasewise.errors import InputError
 from phasewise.specs.model import (
     MLP,
     Attention,
+    CompressedAttention,
     CrossAttention,
     DenseMLP,
     LatentAttention,
@@ -354,3 +355,46 @@ def cross_attention_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     cross = CrossAttention(self_attn.heads, self_attn.kv_heads, self_attn.head_dim)
     mlp = DenseMLP(whole(cfg, "intermediate_size", name=name))
     return tuple(Layer(cross if i in cross_at else self_attn, mlp) for i in range(cfg.num_layers))
+
+
+def compressed_attention(cfg: Config, name: str, ratio: int) -> CompressedAttention:
+    """One DeepSeek-V4 attention layer at compress ratio ``ratio`` (0: the window alone)."""
+    sparse = ratio == 4 and bool(cfg.get("index_topk"))
+    return CompressedAttention(
+        whole(cfg, "num_attention_heads", name=name), whole(cfg, "head_dim", name=name),
+        whole(cfg, "qk_rope_head_dim", name=name), whole(cfg, "q_lora_rank", name=name),
+        whole(cfg, "o_groups", name=name), whole(cfg, "o_lora_rank", name=name),
+        whole(cfg, "sliding_window", name=name), ratio,
+        index_topk=whole(cfg, "index_topk", name=name) if sparse else 0,
+        index_heads=whole(cfg, "index_n_heads", name=name) if sparse else 0,
+        index_head_dim=whole(cfg, "index_head_dim", name=name) if sparse else 0)
+
+
+def compress_ratios(cfg: Config, name: str) -> list[int] | None:
+    """DeepSeek-V4's ``compress_ratios``: one per layer, then one per MTP layer."""
+    ratios = cfg.get("compress_ratios")
+    if ratios is None:
+        return None
+    if not isinstance(ratios, list) or len(ratios) < cfg.num_layers:
+        raise InputError(f"{name}: compress_ratios must list one ratio per layer "
+                         f"({cfg.num_layers}); fix the config.json.")
+    if any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ratios):
+        raise InputError(f"{name}: compress_ratios must hold whole numbers (0, 4, 128, ...); "
+                         "fix the config.json.")
+    return [int(r) for r in ratios]
+
+
+def deepseek_v4_layers(cfg: Config, name: str, sparse: tuple[bool, ...]) -> tuple[Layer, ...] | None:
+    """DeepSeek-V4: per layer, attention over a sliding window plus, by ``compress_ratios``,
+    none (0), CSA (4: top-k of one entry per 4 tokens) or HCA (128: every entry of one per
+    128 tokens); MoE layers with a shared expert, the first ``num_hash_layers`` routed by
+    token id (the same experts per token, so priced as the learned router; their token→expert
+    table is an integer lookup, not a weight)."""
+    ratios = compress_ratios(cfg, name)
+    if ratios is None:
+        return None
+    cfg.get("num_hash_layers")
+    dense_width = int(cfg.get("intermediate_size") or 0)
+    return tuple(Layer(compressed_attention(cfg, name, ratios[i]),
+                       _dense_or_moe(cfg, name, i, sparse, dense_width, True))
+                 for i in range(cfg.num_layers))

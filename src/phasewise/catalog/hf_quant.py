@@ -37,9 +37,24 @@ MODELOPT_FORMATS = {"NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4", "NVFP4_AWQ": "nvfp
 _ROUTER = re.compile(r"\bgate\b|router|\.gate$")
 
 
+def _module_class(module: str) -> str | None:
+    return next((cls for pattern, cls in _CLASS_PATTERNS if pattern.search(module)), None)
+
+
 def checkpoint_formats(quant: Any, sidecar: Any = None, *, moe: bool = False,
-                       num_layers: int = 0) -> tuple[CheckpointFormats | None, list[str]]:
-    """The checkpoint's formats and any notes on what could not be read."""
+                       num_layers: int = 0, attention_parts: tuple[str, ...] = ()
+                       ) -> tuple[CheckpointFormats | None, list[str]]:
+    """The checkpoint's formats and any notes on what could not be read. ``attention_parts``:
+    the module names of the model's attention projections (``specs.model.projection_names``),
+    so a checkpoint that excludes some of them keeps the others in its format."""
+    formats, notes = _checkpoint_formats(quant, sidecar, moe=moe, num_layers=num_layers)
+    if formats is None or not attention_parts:
+        return formats, notes
+    return _with_quantized_projections(formats, quant, sidecar, attention_parts, num_layers), notes
+
+
+def _checkpoint_formats(quant: Any, sidecar: Any, *, moe: bool,
+                        num_layers: int) -> tuple[CheckpointFormats | None, list[str]]:
     if isinstance(sidecar, dict) and isinstance(sidecar.get("quantization"), dict):
         return _modelopt(sidecar["quantization"], "hf_quant_config.json", num_layers)
     if not isinstance(quant, dict):
@@ -79,6 +94,75 @@ def checkpoint_formats(quant: Any, sidecar: Any = None, *, moe: bool = False,
                        "quantization_config (bitsandbytes)", num_layers), []
     return None, [f"quantization method {method or '(unnamed)'!r} is not one phasewise reads; "
                   "weights are sized as bf16 (give --weight-dtype for the real format)."]
+
+
+# DeepSeek-V4's ``expert_dtype``: "fp4" stores the routed experts as e2m1 pairs with one
+# e8m0 scale per 32 weights along K (inference/model.py Linear: float4_e2m1fn_x2 weights,
+# float8_e8m0fnu scales of in_features // 32), MXFP4's layout.
+EXPERT_DTYPES = {"fp4": "fp4"}
+
+
+def with_expert_format(formats: CheckpointFormats | None, expert_dtype: Any,
+                       moe: bool) -> CheckpointFormats | None:
+    """The formats with the routed experts in ``expert_dtype`` where a config names one."""
+    fmt = EXPERT_DTYPES.get(str(expert_dtype).lower()) if expert_dtype else None
+    if fmt is None or not moe:
+        return formats
+    weights = dict(formats.weights) if formats is not None else {
+        cls: UNQUANTIZED for cls in ("embed", *LINEAR_CLASSES)}
+    weights["experts"] = fmt
+    source = (formats.source + "; " if formats is not None else "") + f"expert_dtype ({expert_dtype})"
+    return CheckpointFormats(tuple(weights.items()), formats.kv_cache if formats else None,
+                             formats.method if formats else "expert_dtype", source)
+
+
+def _excluded_list(quant: Any, sidecar: Any) -> list[Any]:
+    """The checkpoint's list of modules kept out of quantization, under whichever key."""
+    source = sidecar.get("quantization") if isinstance(sidecar, dict) \
+        and isinstance(sidecar.get("quantization"), dict) else quant
+    if not isinstance(source, dict):
+        return []
+    for key in ("exclude_modules", "modules_to_not_convert", "ignore", "ignored_layers"):
+        if isinstance(source.get(key), list):
+            return source[key]
+    return []
+
+
+def excluded_projections(excluded: Any, num_layers: int) -> set[str] | None:
+    """Attention projections a checkpoint keeps unquantized by name in at least half the
+    layers ("model.layers.7.self_attn.q_a_proj" → "q_a_proj", "…self_attn.indexer*" →
+    "indexer"); None when it excludes attention as a whole (a name with no layer index)."""
+    names: dict[str, set[str]] = {}
+    for module in excluded if isinstance(excluded, list) else ():
+        text = str(module)
+        if _module_class(text) != "attention" or "norm" in text:
+            continue
+        index = re.search(r"layers\.(\d+)\.", text)
+        part = text.rsplit(".", 1)[-1].rstrip("*")
+        if index is None or part in ("self_attn", "attn", "attention", "mixer", ""):
+            return None
+        names.setdefault(part, set()).add(index.group(1))
+    return {part for part, layers in names.items() if 2 * len(layers) >= num_layers}
+
+
+def _with_quantized_projections(formats: CheckpointFormats, quant: Any, sidecar: Any,
+                                parts: tuple[str, ...], num_layers: int) -> CheckpointFormats:
+    """Where the attention class is kept unquantized because some of its projections are
+    (by name), the projections the checkpoint does not name stay in its format: NVIDIA's
+    DeepSeek-V3.1-NVFP4 excludes q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj of
+    every layer and quantizes o_proj."""
+    classes = dict(formats.weights)
+    quantized = classes.get("mlp")
+    if classes.get("attention") != UNQUANTIZED or quantized in (None, UNQUANTIZED):
+        return formats
+    named = excluded_projections(_excluded_list(quant, sidecar), num_layers)
+    if not named:
+        return formats
+    kept_quantized = tuple((part, quantized) for part in parts if part not in named)
+    if not kept_quantized or len(kept_quantized) == len(parts):
+        return formats
+    return CheckpointFormats(formats.weights, formats.kv_cache, formats.method, formats.source,
+                             projections=kept_quantized)
 
 
 def int4_format(group: Any) -> str:

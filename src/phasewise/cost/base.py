@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from phasewise.errors import InputError
 from phasewise.ledger import Ledger, Op
@@ -109,3 +110,33 @@ def sum_timings(timings: list[Timing]) -> Timing:
         over_s += t.overhead_s
     bound = max(parts, key=parts.__getitem__)
     return Timing(total, comp_s, mem_s, net_s, over_s, bound, flops, mem, net)
+
+
+# Bounds of the cost models' memos: resolved models per (device, profile, engine), devices
+# per model, and priced operators per device (a sweep prices the same weight GEMMs at every
+# context). At a few hundred bytes an entry, 16 × 4,096 operators stay within tens of MB
+# in a long-running process (the web app, a plan search).
+RESOLVED_MEMO_SIZE = 16
+PRICED_OPS_MEMO_SIZE = 4096
+
+
+class IdentityMemo:
+    """Values keyed by the identity of inputs that are slow to hash or unhashable (a
+    HardwareSpec, a calibration Profile). Each entry holds its inputs, so while it lives no
+    other object can take their ids: a key found is the same objects. Cleared whole when it
+    reaches ``size`` entries."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.entries: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+
+    def get(self, objects: tuple, make: Callable[[], Any]) -> Any:
+        key = tuple(map(id, objects))
+        hit = self.entries.get(key)
+        if hit is not None:
+            return hit[1]
+        if len(self.entries) >= self.size:
+            self.entries.clear()
+        value = make()
+        self.entries[key] = (objects, value)
+        return value

@@ -44,12 +44,15 @@ estimates do.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from phasewise.cost.base import (
+    PRICED_OPS_MEMO_SIZE,
+    RESOLVED_MEMO_SIZE,
+    IdentityMemo,
     StepTiming,
     Timing,
     hardware_for_collective,
@@ -183,9 +186,15 @@ def priced_parts(f: OpFeatures, c: Any, *,
     return Parts(compute_s, memory_s, serial_s, network_s, overhead_s)
 
 
+_RESOLVED = IdentityMemo(RESOLVED_MEMO_SIZE)
+
+
 @dataclass(frozen=True)
 class Calibrated:
-    """Expected time on one device under one engine, from a calibration profile."""
+    """Expected time on one device under one engine, from a calibration profile. Its
+    operator times are a pure function of (operator, device, math format), remembered per
+    device so that the steps of one estimate, and the estimates of a sweep, price each
+    distinct operator once."""
 
     constants: Constants
     engine: str = "generic"
@@ -193,14 +202,23 @@ class Calibrated:
     name: str = "calibrated"
     traits: Traits = Traits()
     sources: tuple[ConstantSource, ...] = ()  # where each constant came from (for_device)
+    _priced: IdentityMemo = field(default_factory=lambda: IdentityMemo(RESOLVED_MEMO_SIZE),
+                                   init=False, repr=False, compare=False)
 
     @classmethod
     def for_device(cls, hardware: HardwareSpec, *, engine: str | Engine | None = None,
                    calibration: str | Profile | None = None) -> Calibrated:
         """The bundled profile (or a calibration file, or a fitted Profile) resolved for
-        ``hardware`` under ``engine`` (generic when None)."""
+        ``hardware`` under ``engine`` (generic when None); the same inputs give the same
+        model (the profile is memoised per file version, so an edited file gives a new one)."""
         chosen = engine if isinstance(engine, Engine) else resolve_engine(engine)
         profile = calibration if isinstance(calibration, Profile) else load_profile(calibration)
+        return _RESOLVED.get((hardware, profile, chosen) if isinstance(engine, Engine)
+                             else (hardware, profile, engine or ""),
+                             lambda: cls._resolve(hardware, profile, chosen))
+
+    @classmethod
+    def _resolve(cls, hardware: HardwareSpec, profile: Profile, chosen: Engine) -> Calibrated:
         sources = constant_sources(profile, hardware, chosen)
         return cls(Constants(**{c.name: c.value for c in sources}), chosen.name, profile.name,
                    traits=traits_for(chosen, hardware), sources=sources)
@@ -215,7 +233,17 @@ class Calibrated:
         return priced_parts(features, self.constants)
 
     def op_time(self, op: Op, hardware: HardwareSpec, math_format: str) -> Timing:
-        return _timing(op, self.op_parts(op, hardware, math_format))
+        return self._op_time(self._priced.get((hardware,), dict), op, hardware, math_format)
+
+    def _op_time(self, priced: dict[tuple[Op, str], Timing], op: Op, hardware: HardwareSpec,
+                 math_format: str) -> Timing:
+        key = (op, math_format)
+        timing = priced.get(key)
+        if timing is None:
+            if len(priced) >= PRICED_OPS_MEMO_SIZE:
+                priced.clear()
+            timing = priced[key] = _timing(op, self.op_parts(op, hardware, math_format))
+        return timing
 
     def step_fixed_s(self, ledger: Ledger) -> float:
         """A forward pass's fixed time: the step overhead, and the parallel one on more
@@ -224,12 +252,16 @@ class Calibrated:
         return c.step_overhead_s + (c.parallel_step_overhead_s if ledger.devices > 1 else 0.0)
 
     def step_time(self, ledger: Ledger, hardware: HardwareSpec) -> StepTiming:
-        priced = tuple((op, self.op_time(op, hardware_for_collective(hardware, op, ledger),
-                                        math_format_for(op, ledger.math_format)))
-                       for op in ledger.ops)
+        memo = self._priced.get((hardware,), dict)
+        priced = []
+        for op in ledger.ops:
+            device = hardware_for_collective(hardware, op, ledger)
+            table = memo if device is hardware else self._priced.get((device,), dict)
+            priced.append((op, self._op_time(table, op, device,
+                                             math_format_for(op, ledger.math_format))))
         step_s = self.step_fixed_s(ledger)
         overhead = Timing(step_s, 0.0, 0.0, 0.0, step_s, "overhead", 0.0, 0.0, 0.0)
-        return StepTiming(sum_timings([t for _, t in priced] + [overhead]), priced)
+        return StepTiming(sum_timings([t for _, t in priced] + [overhead]), tuple(priced))
 
     def engine_steps(self, step: Step) -> tuple[Step, ...]:
         """The forward passes the engine runs for ``step``: a prompt longer than the

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from phasewise.cost.base import (
+    PRICED_OPS_MEMO_SIZE,
+    RESOLVED_MEMO_SIZE,
+    IdentityMemo,
     StepTiming,
     Timing,
     hardware_for_collective,
@@ -22,6 +25,9 @@ class SpeedOfLight:
     bytes ÷ link bandwidth plus one link latency per round. No overheads, no efficiency."""
 
     name: str = "sol"
+    # Operator times per device, remembered (a pure function of operator, device, format).
+    _priced: IdentityMemo = field(default_factory=lambda: IdentityMemo(RESOLVED_MEMO_SIZE),
+                                  init=False, repr=False, compare=False)
 
     def op_time(self, op: Op, hardware: HardwareSpec, math_format: str) -> Timing:
         if op.kind == "communication":
@@ -37,7 +43,16 @@ class SpeedOfLight:
                       op.flops, op.memory_bytes, 0.0)
 
     def step_time(self, ledger: Ledger, hardware: HardwareSpec) -> StepTiming:
-        priced = tuple((op, self.op_time(op, hardware_for_collective(hardware, op, ledger),
-                            math_format_for(op, ledger.math_format)))
-                       for op in ledger.ops)
-        return StepTiming(sum_timings([t for _, t in priced]), priced)
+        memo = self._priced.get((hardware,), dict)
+        priced = []
+        for op in ledger.ops:
+            device = hardware_for_collective(hardware, op, ledger)
+            fmt = math_format_for(op, ledger.math_format)
+            table = memo if device is hardware else self._priced.get((device,), dict)
+            timing = table.get((op, fmt))
+            if timing is None:
+                if len(table) >= PRICED_OPS_MEMO_SIZE:
+                    table.clear()
+                timing = table[op, fmt] = self.op_time(op, device, fmt)
+            priced.append((op, timing))
+        return StepTiming(sum_timings([t for _, t in priced]), tuple(priced))

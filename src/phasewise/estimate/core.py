@@ -104,6 +104,7 @@ def estimate(model: ModelSpec | str = "llama-3.1-8b", hardware: HardwareSpec | s
                       calibration=str(calibration) if calibration else None,
                       weight_formats={cls: precision.weight_format_for(cls)
                                       for cls in MODULE_CLASSES},
+                      projection_formats=dict(precision.projection_weights) or None,
                       formats_source=precision.source or "--weight-dtype"),
         model=ModelSummary(name=spec.name, params_total=counts.total, params_active=counts.active,
                            kv_bytes_per_token=counts.kv_bytes_per_token, layers=spec.num_layers,

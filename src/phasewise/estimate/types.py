@@ -33,6 +33,9 @@ class Inputs(_Frozen):
     # quantization_config, a flag, or bf16 for a checkpoint that declares none).
     weight_formats: dict[str, str] | None = None
     formats_source: str | None = None
+    # Attention projections the checkpoint stores otherwise than their class (o_proj nvfp4
+    # beside bf16 MLA projections); their bytes per weight are weighed into the class's.
+    projection_formats: dict[str, str] | None = None
 
 
 class ModelSummary(_Frozen):

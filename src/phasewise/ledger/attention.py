@@ -41,3 +41,29 @@ def chunked_pairs(new_tokens: int, cached_tokens: int, chunk: int) -> int:
 def chunked_keys_read(cached_tokens: int, chunk: int) -> int:
     """Cached tokens a chunked layer reads: those of the current, unfinished chunk."""
     return cached_tokens % chunk
+
+
+def compressed_entries(tokens: int, ratio: int) -> int:
+    """Compressed entries a sequence of ``tokens`` holds at one per ``ratio`` tokens: an entry
+    is written once its r tokens are complete (DeepSeek-V4 Compressor.forward compresses at
+    (position + 1) % r == 0)."""
+    return tokens // ratio
+
+
+def _compressed_prefix(positions: int, ratio: int, cap: int | None) -> int:
+    """Σ over 1-based positions j ≤ n of the compressed entries query j attends to,
+    min(cap, ⌊j/r⌋). Without a cap, with n = q·r + s: r·q(q−1)/2 + q·(s+1); with one,
+    ⌊j/r⌋ < cap below j = cap·r, so those positions sum uncapped and the rest add cap each."""
+    if cap is not None and positions >= cap * ratio:
+        return _compressed_prefix(cap * ratio - 1, ratio, None) + cap * (positions - cap * ratio + 1)
+    q, s = divmod(positions, ratio)
+    return ratio * q * (q - 1) // 2 + q * (s + 1)
+
+
+def compressed_pairs(new_tokens: int, cached_tokens: int, ratio: int,
+                     topk: int | None = None) -> int:
+    """(query, compressed entry) pairs of a step: query j sees the ⌊j/r⌋ entries completed
+    before it (DeepSeek-V4 get_compress_topk_idxs: entry i is visible when i < (j)//r), all
+    of them in HCA, at most ``topk`` chosen by the indexer in CSA."""
+    return (_compressed_prefix(cached_tokens + new_tokens, ratio, topk)
+            - _compressed_prefix(cached_tokens, ratio, topk))

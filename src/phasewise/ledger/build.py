@@ -10,7 +10,8 @@ and MLP (``ledger.layers`` has the per-kind counts).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from phasewise.errors import InputError
@@ -19,14 +20,23 @@ from phasewise.ledger.attention import (
     causal_pairs,
     chunked_keys_read,
     chunked_pairs,
+    compressed_entries,
+    compressed_pairs,
 )
-from phasewise.ledger.layers import kv_bytes_per_token, state_bytes_per_sequence
+from phasewise.ledger.layers import (
+    COMPRESSOR_STATE_BYTES,
+    HYPER_CONNECTION_WEIGHT_BYTES,
+    kv_bytes_per_token,
+    mixer_weight_bytes,
+    state_bytes_per_sequence,
+)
 from phasewise.ledger.moe import expected_distinct_experts
 from phasewise.ledger.ops import Ledger, Op
 from phasewise.ledger.step import Step
 from phasewise.specs import ModelSpec, Parallelism, Precision
 from phasewise.specs.model import (
     Attention,
+    CompressedAttention,
     CrossAttention,
     DenseMLP,
     LatentAttention,
@@ -39,6 +49,10 @@ from phasewise.specs.model import (
     MoE,
     ShortConv,
 )
+
+# Operators that depend on a step's new tokens but not on its cached contexts (GEMMs, norms,
+# MLPs, collectives) are memoised: the steps of an estimate and of a sweep share them.
+OPS_MEMO_SIZE = 8192
 
 # vLLM's and SGLang's MLA backends run the absorbed (latent-space) kernel for decode and
 # short speculative verify queries, and decompress K/V for longer prefill chunks.
@@ -58,6 +72,12 @@ KV_CONVERT_FLOPS_PER_ELEMENT = 2
 DELTA_RULE_FLOPS_PER_STATE_ELEMENT = 7
 SSM_FLOPS_PER_STATE_ELEMENT = 5
 CONV_FLOPS_PER_TAP = 2
+# DeepSeek-V4's compressor pools r (or 2r) projected tokens into one entry with a softmax
+# over their scores, (kv * score.softmax(dim)).sum(dim) (Compressor.forward): exp, sum and
+# divide (3) and a multiply-add (2) per projected value.
+COMPRESS_POOL_FLOPS_PER_ELEMENT = 5
+# Its indexer scores are fp32 (Indexer.forward: einsum, then dist.all_reduce(index_score)).
+INDEX_SCORE_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +98,16 @@ class _Shard:
     kvb: float
     kv_keep: float  # fraction of cached tokens the cache keeps (Precision.kv_keep)
     kv_convert: bool  # KV stored narrower than activations: dequantize on read
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        """Computed once: the operator builders below are memoised on the shard."""
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash((
+                self.tokens, self.logit_tokens, self.sequences, self.moe_tokens, self.wb,
+                self.mlp_wb, self.expert_wb, self.embed_wb, self.head_wb, self.expert_format,
+                self.ab, self.kvb, self.kv_keep, self.kv_convert)))
+        return self._hash  # type: ignore[return-value]
 
 
 def build_ledger(model: ModelSpec, step: Step, precision: Precision = Precision(),
@@ -93,13 +123,23 @@ def _build(model: ModelSpec, step: Step, precision: Precision, par: Parallelism)
     shard = _shard(step, precision, par)
     ops: list[Op] = [_embedding(model, shard)]
     for group in model.layer_groups:
-        ops += _layer_ops(model, group, step, shard, par)
+        ops += _layer_ops(model, group, step, _group_shard(model, group, shard, precision), par)
     ops += _head(model, shard, par)
     if par.pp > 1:
         message = shard.tokens * model.hidden_size * shard.ab
         ops.append(Op("pp.send", "communication", f"{par.pp - 1} stage boundaries", par.pp - 1,
                       0.0, network=message * (par.pp - 1), hops=par.pp - 1))
     return Ledger(step, tuple(ops), precision.math_format, par.devices)
+
+
+def _group_shard(model: ModelSpec, group: LayerGroup, shard: _Shard, precision: Precision) -> _Shard:
+    """The shard with the group's mixer weights at their parameter-weighted bytes where the
+    checkpoint stores some attention projections in a format of their own."""
+    if not precision.projection_weights or group.layer.mixer is None:
+        return shard
+    wb = mixer_weight_bytes(group.layer.mixer, model.hidden_size, shard.wb,
+                            precision.projection_bytes)
+    return shard if wb == shard.wb else replace(shard, wb=wb)
 
 
 def check_parallelism(model: ModelSpec, par: Parallelism) -> None:
@@ -114,6 +154,12 @@ def check_parallelism(model: ModelSpec, par: Parallelism) -> None:
         kv = getattr(mixer, "kv_heads", None)
         if kv and kv % tp and tp % kv:
             raise InputError(f"--tp {tp} and {kv} KV heads: one must divide the other.")
+        if isinstance(mixer, CompressedAttention):
+            for what, count in (("output groups", mixer.o_groups),
+                                ("indexer heads", mixer.index_heads)):
+                if count and count % tp:
+                    raise InputError(f"--tp {tp} does not divide {model.name}'s {count} "
+                                     f"{what}; choose a divisor of {count}.")
     moes = [g.layer.mlp for g in model.layer_groups if isinstance(g.layer.mlp, MoE)]
     if par.ep > 1 and not moes:
         raise InputError(f"--ep {par.ep} needs a mixture-of-experts model; {model.name} is dense.")
@@ -143,6 +189,7 @@ def _shard(step: Step, precision: Precision, par: Parallelism) -> _Shard:
     )
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _gemm(name: str, layers: str, calls: int, m: float, n: float, k: float, shard: _Shard,
           *, weight_bytes: float | None = None, weight_rows: float | None = None) -> Op:
     """(m×k)·(k×n) per call: 2·m·n·k FLOPs, the k×n weight read once, input and output
@@ -154,6 +201,7 @@ def _gemm(name: str, layers: str, calls: int, m: float, n: float, k: float, shar
               activations=(m * k + m * n) * shard.ab * calls, m=m, n=n, k=k)
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _norm(name: str, layers: str, calls: int, width: float, shard: _Shard) -> Op:
     elements = shard.tokens * width
     return Op(name, "elementwise", layers, calls, NORM_FLOPS_PER_ELEMENT * elements * calls,
@@ -161,6 +209,7 @@ def _norm(name: str, layers: str, calls: int, width: float, shard: _Shard) -> Op
               activations=2 * elements * shard.ab * calls)
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int) -> Op:
     """All-reduce of the hidden states at its lower bounds: the ring's bandwidth term, 2(p−1)/p
     of the message leaving each device, and a tree's 2·⌈log2 p⌉ latency-bound rounds (NCCL
@@ -171,6 +220,7 @@ def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int
               network=2 * (tp - 1) / tp * message * calls, hops=rounds * calls)
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _embedding(model: ModelSpec, shard: _Shard) -> Op:
     """Embedding lookups read one row per token, not the table."""
     rows = shard.tokens * model.hidden_size
@@ -195,12 +245,17 @@ def _layer_ops(model: ModelSpec, group: LayerGroup, step: Step, shard: _Shard,
     layer: Layer = group.layer
     layers, calls = f"{group.label} ×{group.count}", group.count
     ops: list[Op] = []
+    streams = model.hyper_connections
     if layer.mixer is not None:
+        if streams > 1:
+            ops += _hyper_connection("attn", streams, model, shard, layers, calls)
         ops.append(_norm("attn.norm", layers, calls, model.hidden_size, shard))
         ops += _mixer_ops(model, layer.mixer, step, shard, par, layers, calls)
         if par.tp > 1:
             ops.append(_allreduce(layers, calls, model, shard, par.tp))
     if layer.mlp is not None:
+        if streams > 1:
+            ops += _hyper_connection("mlp", streams, model, shard, layers, calls)
         ops.append(_norm("mlp.norm", layers, calls, model.hidden_size, shard))
         ops += _mlp_ops(model, layer.mlp, shard, par, layers, calls)
         if par.tp > 1:
@@ -208,12 +263,33 @@ def _layer_ops(model: ModelSpec, group: LayerGroup, step: Step, shard: _Shard,
     return ops
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
+def _hyper_connection(prefix: str, streams: int, model: ModelSpec, shard: _Shard, layers: str,
+                      calls: int) -> tuple[Op, ...]:
+    """DeepSeek-V4's manifold-constrained hyper-connections around a sub-block (inference/
+    model.py Block.hc_pre / hc_post): the m = ``streams`` copies of the hidden state, flattened
+    to m·h, project to (2+m)·m mixing weights (one GEMM against fp32 hc_fn); then the weighted
+    sum of the copies into the sub-block's input (2·m·h FLOPs), and after it each copy becomes
+    post·output + comb·copies (m·h + 2·m²·h) plus the sum (m·h): (4m + 2m²)·h per token, the
+    m·h stream read and written once. The Sinkhorn normalisation of the m×m matrix is left
+    out (a few hundred FLOPs a token)."""
+    h, t, m = model.hidden_size, shard.tokens, streams
+    mix = (2 + m) * m
+    return (_gemm(f"{prefix}.hc_mix", layers, calls, t, mix, m * h, shard,
+                  weight_bytes=HYPER_CONNECTION_WEIGHT_BYTES),
+            Op(f"{prefix}.hc_combine", "elementwise", layers, calls,
+               (4 * m + 2 * m * m) * h * t * calls,
+               activations=2 * m * h * t * shard.ab * calls))
+
+
 def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallelism,  # noqa: ANN001
-               layers: str, calls: int) -> list[Op]:
+               layers: str, calls: int) -> Sequence[Op]:
     if isinstance(mixer, Attention):
         return _attention(model, mixer, step, shard, par, layers, calls)
     if isinstance(mixer, LatentAttention):
         return _latent_attention(model, mixer, step, shard, par, layers, calls)
+    if isinstance(mixer, CompressedAttention):
+        return _compressed_attention(model, mixer, step, shard, par, layers, calls)
     if isinstance(mixer, LinearAttention):
         return _linear_attention(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, Mamba2):
@@ -370,8 +446,105 @@ def _indexer(model: ModelSpec, mixer: LatentAttention, step: Step, shard: _Shard
     return ops
 
 
+def _compressed_attention(model: ModelSpec, mixer: CompressedAttention, step: Step,
+                          shard: _Shard, par: Parallelism, layers: str, calls: int) -> list[Op]:
+    """DeepSeek-V4 (inference/model.py Attention.forward): the query latent and the shared
+    key/value from the hidden state (wq_a, wkv; replicated), the per-head query (wq_b); the
+    compressor (r > 0) and the indexer (r = 4); attention over the window and the compressed
+    entries; the grouped output projection, wo_a per group of heads and wo_b."""
+    h, t, tp = model.hidden_size, shard.tokens, par.tp
+    d, heads, groups = mixer.head_dim, mixer.heads / tp, mixer.o_groups / tp
+    ops = [_gemm("attn.qkv_a", layers, calls, t, mixer.q_lora_rank + d, h, shard),
+           _gemm("attn.q_b", layers, calls, t, heads * d, mixer.q_lora_rank, shard)]
+    if mixer.compress_ratio:
+        ops += _compressor("attn.compress", d, mixer.overlap, model, shard, layers, calls)
+    if mixer.sparse:
+        ops += _v4_indexer(model, mixer, step, shard, par, layers, calls)
+    ops.append(_compressed_core(mixer, step, shard, layers, calls, par))
+    if shard.kv_convert:
+        ops.append(_kv_convert(ops[-1], shard, layers, calls))
+    group_in = mixer.heads * d / mixer.o_groups
+    ops.append(_gemm("attn.out_a", layers, calls, t * groups, mixer.o_lora_rank, group_in, shard,
+                     weight_rows=groups * group_in * mixer.o_lora_rank))
+    ops.append(_gemm("attn.out", layers, calls, t, h, groups * mixer.o_lora_rank, shard))
+    return ops
+
+
+def _compressor(name: str, width: int, overlap: bool, model: ModelSpec, shard: _Shard,
+                layers: str, calls: int) -> list[Op]:
+    """DeepSeek-V4's Compressor: wkv and wgate project every new token to c·d values each
+    (c = 2 for the overlapping ratio-4 compressor), then a softmax over each group's scores
+    pools its values (COMPRESS_POOL_FLOPS_PER_ELEMENT), the fp32 pooling rows written and
+    read back once each. Replicated across tensor-parallel ranks."""
+    t, projected = shard.tokens, (2 if overlap else 1) * width
+    rows = 2 * projected * t * COMPRESSOR_STATE_BYTES * calls  # kv and score rows
+    return [_gemm(name, layers, calls, t, 2 * projected, model.hidden_size, shard),
+            Op(f"{name}_pool", "elementwise", layers, calls,
+               COMPRESS_POOL_FLOPS_PER_ELEMENT * projected * t * calls, activations=2 * rows)]
+
+
+def _compressed_core(mixer: CompressedAttention, step: Step, shard: _Shard, layers: str,
+                     calls: int, par: Parallelism) -> Op:
+    """Scores and values of one-KV-head attention over d = head_dim (key and value are the
+    same entry): 2·heads·2d FLOPs a (query, entry) pair. Query j attends to the last
+    min(j, window) raw tokens and to ⌊j/r⌋ compressed entries, at most index_topk of them in
+    CSA (``compressed_pairs``); a step reads the window and the entries it attends to
+    (all cached entries in HCA, top-k in CSA), and writes each new token's raw entry and one
+    compressed entry per r tokens."""
+    heads, dp, d, r = mixer.heads / par.tp, par.attention_dp, mixer.head_dim, mixer.compress_ratio
+    topk = mixer.index_topk if mixer.sparse else None
+    pairs = cached_read = cells = 0.0
+    for g in step.groups:
+        kept = round(g.cached_tokens * shard.kv_keep)
+        group_pairs = causal_pairs(g.new_tokens, kept, mixer.window)
+        read = cached_keys_read(kept, mixer.window)
+        if r:
+            group_pairs += compressed_pairs(g.new_tokens, kept, r, topk)
+            entries = compressed_entries(kept, r)
+            read += entries if topk is None else min(entries, topk)
+        pairs += g.count * group_pairs / dp
+        cached_read += g.count * read / dp
+        cells += g.count * (read + g.new_tokens) / dp
+    entry_bytes = d * shard.kvb
+    written = shard.tokens * (1 + (1 / r if r else 0.0)) * entry_bytes
+    return Op("attn.score", "attention", layers, calls, 2 * heads * 2 * d * pairs * calls,
+              kv_read=cached_read * entry_bytes * calls, kv_write=written * calls,
+              activations=shard.tokens * heads * 2 * d * shard.ab * calls,
+              m=shard.tokens, n=pairs / max(shard.tokens, 1.0), k=d, keys=cells)
+
+
+def _v4_indexer(model: ModelSpec, mixer: CompressedAttention, step: Step, shard: _Shard,
+                par: Parallelism, layers: str, calls: int) -> list[Op]:
+    """DeepSeek-V4's lightning indexer (inference/model.py Indexer.forward): index queries
+    from the query latent (wq_b, heads split tp ways), per-head weights (weights_proj), its
+    own compressor of d_i-wide keys; then every query scores every compressed index key it
+    may see, ⌊j/r⌋ of them, 2·heads·d_i FLOPs a pair, reading each cached key once; the
+    fp32 scores are all-reduced across tensor-parallel ranks before the top-k."""
+    t, h, tp, r = shard.tokens, model.hidden_size, par.tp, mixer.compress_ratio
+    ih, id_ = mixer.index_heads / tp, mixer.index_head_dim
+    ops = [_gemm("attn.indexer_proj", layers, calls, t, ih * id_, mixer.q_lora_rank, shard),
+           _gemm("attn.indexer_w", layers, calls, t, ih, h, shard)]
+    ops += _compressor("attn.indexer_compress", id_, True, model, shard, layers, calls)
+    pairs = cached = 0.0
+    for g in step.groups:
+        kept = round(g.cached_tokens * shard.kv_keep)
+        pairs += g.count * compressed_pairs(g.new_tokens, kept, r) / par.attention_dp
+        cached += g.count * compressed_entries(kept, r) / par.attention_dp
+    key_bytes = id_ * shard.kvb
+    ops.append(Op("attn.indexer", "attention", layers, calls, 2.0 * ih * id_ * pairs * calls,
+                  kv_read=cached * key_bytes * calls, kv_write=t / r * key_bytes * calls,
+                  m=t, n=pairs / max(t, 1.0), k=id_, keys=cached + t / r))
+    if tp > 1:
+        scores = pairs * INDEX_SCORE_BYTES
+        ops.append(Op("tp.allreduce", "communication", layers, calls, 0.0,
+                      network=2 * (tp - 1) / tp * scores * calls,
+                      hops=2 * math.ceil(math.log2(tp)) * calls))
+    return ops
+
+
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
-                      par: Parallelism, layers: str, calls: int) -> list[Op]:
+                      par: Parallelism, layers: str, calls: int) -> tuple[Op, ...]:
     """Gated DeltaNet / KDA: projections, a short conv over q, k, v, the delta-rule update of
     a fixed state (read and written once per sequence per step), a gated norm, out_proj.
 
@@ -386,13 +559,13 @@ def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
     conv_channels = 2 * nk * dk + nv * dv
     state = state_bytes_per_sequence(mixer, shard.kvb, tp)
     if mixer.variant == "kda":
-        projections = [
+        projections: tuple[Op, ...] = (
             _gemm("linear_attn.in_proj", layers, calls, t, conv_channels + 2 * dv + nv, h, shard),
-            _gemm("linear_attn.lowrank_up", layers, calls, t, nk * dk + nv * dv, dv, shard)]
+            _gemm("linear_attn.lowrank_up", layers, calls, t, nk * dk + nv * dv, dv, shard))
     else:
-        projections = [_gemm("linear_attn.in_proj", layers, calls, t,
-                             2 * nk * dk + 2 * nv * dv + 2 * nv, h, shard)]
-    return projections + [
+        projections = (_gemm("linear_attn.in_proj", layers, calls, t,
+                              2 * nk * dk + 2 * nv * dv + 2 * nv, h, shard),)
+    return projections + (
         Op("linear_attn.conv", "elementwise", layers, calls,
            CONV_FLOPS_PER_TAP * mixer.conv_kernel * conv_channels * t * calls,
            weights=conv_channels * mixer.conv_kernel * shard.wb * calls,
@@ -403,11 +576,12 @@ def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
            activations=(conv_channels + nv * dv) * t * shard.ab * calls),
         _norm("linear_attn.norm", layers, calls, nv * dv, shard),
         _gemm("linear_attn.out", layers, calls, t, h, nv * dv, shard),
-    ]
+    )
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, layers: str,
-            calls: int) -> list[Op]:
+            calls: int) -> tuple[Op, ...]:
     """Mamba-2: in_proj to (z, x, B, C, dt), the conv over (x, B, C), the SSM recurrence over
     a fixed state (read and written once per sequence per step), a gated norm, out_proj."""
     h, t, tp = model.hidden_size, shard.tokens, par.tp
@@ -415,7 +589,7 @@ def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, la
     bc = 2 * mixer.groups * mixer.state_size
     conv_channels = inner + bc
     state = state_bytes_per_sequence(mixer, shard.kvb, tp)
-    return [
+    return (
         _gemm("ssm.in_proj", layers, calls, t, 2 * inner + bc + mixer.heads / tp, h, shard),
         Op("ssm.conv", "elementwise", layers, calls,
            CONV_FLOPS_PER_TAP * mixer.conv_kernel * conv_channels * t * calls,
@@ -427,16 +601,17 @@ def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, la
            activations=(conv_channels + inner) * t * shard.ab * calls),
         _norm("ssm.norm", layers, calls, inner, shard),
         _gemm("ssm.out", layers, calls, t, h, inner, shard),
-    ]
+    )
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _short_conv(model: ModelSpec, mixer: ShortConv, shard: _Shard, par: Parallelism,
-                layers: str, calls: int) -> list[Op]:
+                layers: str, calls: int) -> tuple[Op, ...]:
     """LFM2's short conv: in_proj, the gated depthwise conv over a state of kernel−1 inputs
     (read and written once per sequence per step), out_proj."""
     h, t, width = model.hidden_size, shard.tokens, mixer.width / par.tp
     state = state_bytes_per_sequence(mixer, shard.kvb, par.tp)
-    return [
+    return (
         _gemm("conv.in_proj", layers, calls, t, 3 * width, h, shard),
         Op("conv.conv", "elementwise", layers, calls,
            (CONV_FLOPS_PER_TAP * mixer.kernel + 2) * width * t * calls,
@@ -444,13 +619,16 @@ def _short_conv(model: ModelSpec, mixer: ShortConv, shard: _Shard, par: Parallel
            kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
            activations=4 * width * t * shard.ab * calls),
         _gemm("conv.out", layers, calls, t, h, width, shard),
-    ]
+    )
 
 
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
 def _mlp_ops(model: ModelSpec, mlp, shard: _Shard, par: Parallelism, layers: str,  # noqa: ANN001
-             calls: int) -> list[Op]:
+             calls: int) -> tuple[Op, ...]:
+    """An MLP's operators: a function of the step's new tokens (the shard), not of its
+    cached contexts, so a sweep over contexts builds them once."""
     if isinstance(mlp, DenseMLP):
-        return _dense_mlp("mlp", mlp.width / par.tp, mlp.gated, model, shard, layers, calls)
+        return tuple(_dense_mlp("mlp", mlp.width / par.tp, mlp.gated, model, shard, layers, calls))
     if isinstance(mlp, MoE):
         ops = _moe(model, mlp, shard, par, layers, calls)
         if mlp.shared_width:
@@ -459,11 +637,11 @@ def _mlp_ops(model: ModelSpec, mlp, shard: _Shard, par: Parallelism, layers: str
         if mlp.dense_width:
             ops += _dense_mlp("moe.dense", mlp.dense_width / par.tp, mlp.gated, model, shard,
                               layers, calls)
-        return ops
+        return tuple(ops)
     if isinstance(mlp, LinearMLP):
         h = model.hidden_size
-        return [_gemm("mlp.linear", layers, calls, shard.tokens, h / par.tp, h, shard,
-                      weight_bytes=shard.mlp_wb)]
+        return (_gemm("mlp.linear", layers, calls, shard.tokens, h / par.tp, h, shard,
+                      weight_bytes=shard.mlp_wb),)
     raise TypeError(f"no ledger for MLP {type(mlp).__name__}")
 
 
@@ -518,7 +696,8 @@ def _moe(model: ModelSpec, mlp: MoE, shard: _Shard, par: Parallelism, layers: st
     return ops
 
 
-def _head(model: ModelSpec, shard: _Shard, par: Parallelism) -> list[Op]:
+@lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
+def _head(model: ModelSpec, shard: _Shard, par: Parallelism) -> tuple[Op, ...]:
     """Final norm, then the LM head on the tokens that need logits only."""
     vocab = model.vocab_size / par.tp
     ops = [_norm("final.norm", "output", 1, model.hidden_size, shard)]
@@ -529,4 +708,4 @@ def _head(model: ModelSpec, shard: _Shard, par: Parallelism) -> list[Op]:
             gathered = (par.tp - 1) / par.tp * shard.logit_tokens * model.vocab_size * shard.ab
             ops.append(Op("tp.allgather", "communication", "output", 1, 0.0, network=gathered,
                           hops=par.tp - 1))
-    return ops
+    return tuple(ops)

@@ -13,6 +13,7 @@ from functools import singledispatch
 from phasewise.specs.model import (
     MLP,
     Attention,
+    CompressedAttention,
     CrossAttention,
     DenseMLP,
     LatentAttention,
@@ -24,6 +25,7 @@ from phasewise.specs.model import (
     Mixer,
     MoE,
     ShortConv,
+    projection_names,
 )
 
 # vLLM's DeepSeek-V3.2 indexer cache stores each token's index key in fp8 with one fp32
@@ -31,6 +33,16 @@ from phasewise.specs.model import (
 INDEXER_KEY_BYTES_PER_VALUE = 1
 INDEXER_SCALE_BYTES_PER_BLOCK = 4
 INDEXER_QUANT_BLOCK = 128
+
+
+# DeepSeek-V4's reference implementation (deepseek-ai/DeepSeek-V4-Flash and -Pro,
+# inference/model.py; a copy: github.com/Nicooo-Wang/DeepSeek-V4-Pro-code at commit
+# 0ec3a03c2fc34f29b2e72696ceaed9ae7a373aeb) keeps each compressor's pooling state, kv_state
+# and score_state, in fp32 (Compressor.__init__: dtype=torch.float32), and the
+# hyper-connection mixing weights (Block.hc_attn_fn / hc_ffn_fn, the head's hc_head_fn) in
+# fp32 too (set_dtype(torch.float32)).
+COMPRESSOR_STATE_BYTES = 4
+HYPER_CONNECTION_WEIGHT_BYTES = 4
 
 
 # ---- parameters ---------------------------------------------------------------------------
@@ -44,9 +56,7 @@ def mixer_params(mixer: Mixer, hidden: int) -> float:
 @mixer_params.register
 def _(mixer: Attention, hidden: int) -> float:
     """Q (doubled by an output gate), K, V and O projections."""
-    q = mixer.heads * mixer.head_dim * (2 if mixer.gated else 1)
-    kv = mixer.kv_heads * (mixer.head_dim + mixer.v_dim)
-    return hidden * (q + kv) + mixer.heads * mixer.v_dim * hidden
+    return sum(params for _, params in mixer_projections(mixer, hidden))
 
 
 @mixer_params.register
@@ -54,18 +64,107 @@ def _(mixer: LatentAttention, hidden: int) -> float:
     """MLA (DeepSeek-V2 §2.1): q_a, q_b (or one q projection without a query rank), kv_a with
     the shared rope key, kv_b, their norms and O; plus V3.2's indexer (wq_b from the query
     latent, wk, its LayerNorm and the per-head weights projection)."""
-    heads, lora, rope = mixer.heads, mixer.kv_lora_rank, mixer.qk_rope_head_dim
-    if mixer.q_lora_rank:
-        q = hidden * mixer.q_lora_rank + mixer.q_lora_rank \
-            + mixer.q_lora_rank * heads * mixer.qk_head_dim
-    else:
-        q = hidden * heads * mixer.qk_head_dim
-    kv = hidden * (lora + rope) + lora + lora * heads * (mixer.qk_nope_head_dim + mixer.v_head_dim)
-    indexer = 0.0
+    return sum(params for _, params in mixer_projections(mixer, hidden))
+
+
+@singledispatch
+def mixer_projections(mixer: Mixer, hidden: int) -> tuple[tuple[str, float], ...]:
+    """A mixer's parameters by the checkpoint's module name of each projection (the names
+    Hugging Face checkpoints and their quantization configs use), so a checkpoint that
+    quantizes some projections and not others is sized per projection. Norm weights go
+    under "norm". A mixer no checkpoint names in parts is one part, ""."""
+    return (("", mixer_params(mixer, hidden)),)
+
+
+@mixer_projections.register
+def _(mixer: Attention, hidden: int) -> tuple[tuple[str, float], ...]:
+    q = mixer.heads * mixer.head_dim * (2 if mixer.gated else 1)
+    sizes = (hidden * q, hidden * mixer.kv_heads * mixer.head_dim,
+             hidden * mixer.kv_heads * mixer.v_dim, mixer.heads * mixer.v_dim * hidden)
+    return tuple(zip(projection_names(mixer), map(float, sizes), strict=True))
+
+
+@mixer_projections.register
+def _(mixer: LatentAttention, hidden: int) -> tuple[tuple[str, float], ...]:
+    """transformers' DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj (q_proj without
+    a query rank), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; V3.2's indexer
+    (wq_b, wk, k_norm, weights_proj) as one part, "indexer"."""
+    heads, lora, rope, q_rank = (mixer.heads, mixer.kv_lora_rank, mixer.qk_rope_head_dim,
+                                 mixer.q_lora_rank)
+    query = ([hidden * q_rank, q_rank * heads * mixer.qk_head_dim] if q_rank
+             else [hidden * heads * mixer.qk_head_dim])
+    sizes = [*query, hidden * (lora + rope),
+             lora * heads * (mixer.qk_nope_head_dim + mixer.v_head_dim),
+             heads * mixer.v_head_dim * hidden]
     if mixer.index_topk:
         ih, id_ = mixer.index_heads, mixer.index_head_dim
-        indexer = (mixer.q_lora_rank or hidden) * ih * id_ + hidden * id_ + 2 * id_ + hidden * ih
-    return q + kv + heads * mixer.v_head_dim * hidden + indexer
+        sizes.append((q_rank or hidden) * ih * id_ + hidden * id_ + 2 * id_ + hidden * ih)
+    parts = tuple(zip(projection_names(mixer), map(float, sizes), strict=True))
+    return (*parts, ("norm", float(q_rank + lora)))
+
+
+def mixer_weight_bytes(mixer: Mixer, hidden: int, class_bytes: float,
+                       projection_bytes: dict[str, float]) -> float:
+    """Bytes per weight of a mixer whose checkpoint stores some projections in a format of
+    their own (``projection_bytes``, by module name; the rest at ``class_bytes``): the
+    parameter-weighted mean, Σ params_p · bytes_p / Σ params_p."""
+    if not projection_bytes:
+        return class_bytes
+    parts = mixer_projections(mixer, hidden)
+    total = sum(params for _, params in parts)
+    if not total:
+        return class_bytes
+    return sum(params * projection_bytes.get(name, class_bytes) for name, params in parts) / total
+
+
+@mixer_params.register
+def _(mixer: CompressedAttention, hidden: int) -> float:
+    """DeepSeek-V4 (inference/model.py, Attention.__init__): attn_sink (one per head), wq_a
+    h×q_lora, q_norm, wq_b q_lora×heads·d, wkv h×d (the one shared key/value), kv_norm,
+    wo_a (heads·d/g)×(g·o_lora) (each of the g groups of heads projects its heads·d/g
+    outputs to o_lora: heads·d·o_lora in all), wo_b g·o_lora×h; a compressor when r > 0,
+    and at r = 4 an indexer."""
+    d, q_rank, o_rank = mixer.head_dim, mixer.q_lora_rank, mixer.o_lora_rank
+    query = hidden * q_rank + q_rank + q_rank * mixer.heads * d
+    key_value = hidden * d + d
+    output = mixer.heads * d * o_rank + mixer.o_groups * o_rank * hidden
+    total = mixer.heads + query + key_value + output
+    if mixer.compress_ratio:
+        total += compressor_params(hidden, d, mixer.compress_ratio, overlap=mixer.overlap)
+    if mixer.sparse:
+        total += v4_indexer_params(mixer, hidden)
+    return float(total)
+
+
+def compressor_params(hidden: int, head_dim: int, ratio: int, *, overlap: bool) -> int:
+    """DeepSeek-V4's Compressor: wkv and wgate, h×(c·d) each, a learned position bias ``ape``
+    r×(c·d) and an RMSNorm over d, where c = 2 for the overlapping ratio-4 compressor and 1
+    otherwise (Compressor.__init__: coff = 1 + overlap)."""
+    width = (2 if overlap else 1) * head_dim
+    return 2 * hidden * width + ratio * width + head_dim
+
+
+def v4_indexer_params(mixer: CompressedAttention, hidden: int) -> int:
+    """DeepSeek-V4's Indexer: wq_b from the query latent (q_lora × heads·d_i), weights_proj
+    h×heads, and its own overlapping ratio-4 compressor of width d_i."""
+    ih, id_ = mixer.index_heads, mixer.index_head_dim
+    return (mixer.q_lora_rank * ih * id_ + hidden * ih
+            + compressor_params(hidden, id_, mixer.compress_ratio, overlap=True))
+
+
+def hyper_connection_params(streams: int, hidden: int) -> int:
+    """One sub-block's hyper-connection mixing (DeepSeek-V4 Block.__init__, mHC): hc_fn of
+    (2+m)·m × m·h, a bias hc_base of (2+m)·m and 3 scales, for m = ``streams``."""
+    if streams <= 1:
+        return 0
+    mix = (2 + streams) * streams
+    return mix * streams * hidden + mix + 3
+
+
+def hyper_connection_head_params(streams: int, hidden: int) -> int:
+    """The head's reduction of the m streams to one (Transformer.hc_head_fn m × m·h,
+    hc_head_base m, hc_head_scale 1)."""
+    return streams * streams * hidden + streams + 1 if streams > 1 else 0
 
 
 @mixer_params.register
@@ -189,6 +288,22 @@ def _(mixer: LatentAttention, kv_bytes: float, tp: int = 1) -> float:
                      + blocks * INDEXER_SCALE_BYTES_PER_BLOCK)
 
 
+@kv_bytes_per_token.register
+def _(mixer: CompressedAttention, kv_bytes: float, tp: int = 1) -> float:
+    """The growing part of a DeepSeek-V4 layer's cache: one compressed entry of d values per
+    r tokens, d·bytes/r a token (Attention.kv_cache holds window + max_seq_len // r
+    entries of head_dim), and at r = 4 the indexer's compressed key, d_i·bytes/r (Indexer.
+    kv_cache, max_seq_len // r × index_head_dim). The window is bounded: it is state
+    (``state_bytes_per_sequence``). One KV head, replicated on every tensor-parallel rank
+    (wkv is a plain Linear)."""
+    if not mixer.compress_ratio:
+        return 0.0
+    per_token = mixer.head_dim * kv_bytes / mixer.compress_ratio
+    if mixer.sparse:
+        per_token += mixer.index_head_dim * kv_bytes / mixer.compress_ratio
+    return per_token
+
+
 @singledispatch
 def state_bytes_per_sequence(mixer: Mixer | None, state_bytes: float, tp: int = 1) -> float:
     """Fixed recurrent state one sequence holds in one layer, on one device: it does not grow
@@ -214,6 +329,27 @@ def _(mixer: Mamba2, state_bytes: float, tp: int = 1) -> float:
     conv_channels = mixer.inner + 2 * mixer.groups * mixer.state_size
     return (mixer.inner * mixer.state_size + (mixer.conv_kernel - 1) * conv_channels) \
         * state_bytes / tp
+
+
+@state_bytes_per_sequence.register
+def _(mixer: CompressedAttention, state_bytes: float, tp: int = 1) -> float:
+    """The bounded part of a DeepSeek-V4 layer's cache: the raw window of ``window`` entries
+    of d values (Attention.kv_cache[:, :window], a ring), and each compressor's fp32 pooling
+    state, kv_state and score_state of c·r × c·d each (Compressor.__init__; c = 2 at
+    r = 4), the indexer's own (d_i wide) too. Replicated on every tensor-parallel rank."""
+    window = mixer.window * mixer.head_dim * state_bytes
+    if not mixer.compress_ratio:
+        return window
+    pooling = _pooling_state_elements(mixer.compress_ratio, mixer.head_dim, mixer.overlap)
+    if mixer.sparse:
+        pooling += _pooling_state_elements(mixer.compress_ratio, mixer.index_head_dim, True)
+    return window + pooling * COMPRESSOR_STATE_BYTES
+
+
+def _pooling_state_elements(ratio: int, head_dim: int, overlap: bool) -> int:
+    """kv_state and score_state: 2 × (c·r) × (c·d) values."""
+    c = 2 if overlap else 1
+    return 2 * c * ratio * c * head_dim
 
 
 @state_bytes_per_sequence.register

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from phasewise.ledger.layers import (
+    HYPER_CONNECTION_WEIGHT_BYTES,
     held_tokens,
+    hyper_connection_head_params,
+    hyper_connection_params,
     kv_bytes_per_token,
     mixer_params,
+    mixer_weight_bytes,
     state_bytes_per_sequence,
 )
 from phasewise.ledger.params import param_counts
 from phasewise.specs import ModelSpec, Parallelism, Precision
-from phasewise.specs.model import Attention, DenseMLP, LatentAttention, MoE
+from phasewise.specs.model import Attention, CompressedAttention, DenseMLP, LatentAttention, MoE
 
 # Logits are materialised in fp32 by vLLM, SGLang and llama.cpp before sampling.
 LOGIT_BYTES = 4
@@ -22,17 +26,34 @@ def weight_bytes_per_device(model: ModelSpec, precision: Precision, par: Paralle
     precision = precision.for_model(model)
     counts = param_counts(model)
     h = model.hidden_size
-    mixers = sum(g.count * mixer_params(g.layer.mixer, h) for g in model.layer_groups
-                 if g.layer.mixer is not None)
+    attention_bytes = precision.weight_bytes_for("attention")
+    mixer_groups = [(g.count * mixer_params(g.layer.mixer, h),
+                     mixer_weight_bytes(g.layer.mixer, h, attention_bytes,
+                                        precision.projection_bytes))
+                    for g in model.layer_groups if g.layer.mixer is not None]
+    mixers = sum(params for params, _ in mixer_groups)
     embed = counts.embedding
     head = 0.0 if model.tie_word_embeddings else counts.embedding
-    mlp = counts.total - counts.routed_experts - mixers - embed - head
-    tp_split = (mixers * precision.weight_bytes_for("attention")
+    mixing = _hyper_connection_params(model)
+    mlp = counts.total - counts.routed_experts - mixers - embed - head - mixing
+    tp_split = (sum(params * wb for params, wb in mixer_groups)
                 + mlp * precision.weight_bytes_for("mlp")
+                + mixing * HYPER_CONNECTION_WEIGHT_BYTES
                 + embed * precision.weight_bytes_for("embed")
                 + head * precision.weight_bytes_for("lm_head")) / par.tp
     experts = counts.routed_experts / max(par.tp, par.ep) * precision.weight_bytes_for("experts")
     return (tp_split + experts) / par.pp
+
+
+def _hyper_connection_params(model: ModelSpec) -> float:
+    """The hyper-connection mixing weights, kept in fp32 whatever the checkpoint's format."""
+    streams, h = model.hyper_connections, model.hidden_size
+    if streams <= 1:
+        return 0.0
+    sub_blocks = sum(g.count * ((g.layer.mixer is not None) + (g.layer.mlp is not None))
+                     for g in model.layer_groups)
+    return float(sub_blocks * hyper_connection_params(streams, h)
+                 + hyper_connection_head_params(streams, h))
 
 
 def kv_bytes_per_token_per_device(model: ModelSpec, precision: Precision,
@@ -90,6 +111,8 @@ def _widest(layer, hidden: int) -> float:  # noqa: ANN001
         width = (mixer.heads + mixer.kv_heads) * mixer.head_dim + mixer.kv_heads * mixer.v_dim
     elif isinstance(mixer, LatentAttention):
         width = (3 * mixer.heads) * mixer.qk_head_dim
+    elif isinstance(mixer, CompressedAttention):
+        width = 2 * mixer.heads * mixer.head_dim  # queries and attention outputs
     elif mixer is not None:
         width = 2 * hidden
     if isinstance(mlp, DenseMLP):

@@ -46,6 +46,17 @@ class Op:
     expert_load: float = 0.0
     keys: float = 0.0
     block_format: str = ""
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        """The hash of the compared fields, computed once: cost models remember priced
+        operators by value."""
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash((
+                self.name, self.kind, self.layers, self.calls, self.flops, self.weights,
+                self.kv_read, self.kv_write, self.activations, self.network, self.m, self.n,
+                self.k, self.hops, self.tokens, self.expert_load, self.keys, self.block_format)))
+        return self._hash  # type: ignore[return-value]
 
     @property
     def memory_bytes(self) -> float:
@@ -71,13 +82,29 @@ class Ledger:
     math_format: str
     devices: int = 1
     notes: tuple[str, ...] = field(default=())
+    # FLOPs and each byte class summed over the ops, once (a ledger is read many times).
+    _totals: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def _total(self, key: str) -> float:
+        if self._totals is None:
+            ops = self.ops
+            totals = {"flops": sum(op.flops for op in ops), "weights": sum(op.weights for op in ops),
+                      "kv_read": sum(op.kv_read for op in ops),
+                      "kv_write": sum(op.kv_write for op in ops),
+                      "activations": sum(op.activations for op in ops),
+                      "network": sum(op.network for op in ops),
+                      "memory_bytes": sum(op.memory_bytes for op in ops)}
+            object.__setattr__(self, "_totals", totals)
+        return self._totals[key]  # type: ignore[index]
 
     @property
     def flops(self) -> float:
-        return sum(op.flops for op in self.ops)
+        return self._total("flops")
 
     def bytes(self, byte_class: str) -> float:
-        return sum(getattr(op, byte_class) for op in self.ops)
+        if byte_class not in BYTE_CLASSES:
+            raise AttributeError(f"no byte class {byte_class!r}; known: {', '.join(BYTE_CLASSES)}")
+        return self._total(byte_class)
 
     @property
     def bytes_by_class(self) -> dict[str, float]:
@@ -85,7 +112,7 @@ class Ledger:
 
     @property
     def memory_bytes(self) -> float:
-        return sum(op.memory_bytes for op in self.ops)
+        return self._total("memory_bytes")
 
     @property
     def arithmetic_intensity(self) -> float:

@@ -24,7 +24,10 @@ def headline(est: Estimate) -> str:
 def _weights(est: Estimate) -> str:
     """The weight format, with the module classes that differ and where they came from."""
     i = est.inputs
-    formats = i.weight_formats or {}
+    formats = dict(i.weight_formats or {})
+    if i.projection_formats and "attention" in formats:
+        formats["attention"] += " but " + " and ".join(
+            f"{part} {fmt}" for part, fmt in i.projection_formats.items())
     others = {cls: fmt for cls, fmt in formats.items() if fmt != i.weight_dtype}
     text = i.weight_dtype + (f" ({', '.join(f'{c} {f}' for c, f in others.items())})"
                              if others else "")

@@ -5,6 +5,7 @@ from phasewise.specs.model import (
                                    MLP,
                                    Attention,
                                    CheckpointFormats,
+                                   CompressedAttention,
                                    DenseMLP,
                                    LatentAttention,
                                    Layer,
@@ -21,6 +22,7 @@ from phasewise.specs.precision import FORMATS, NumberFormat, Precision, number_f
 from phasewise.specs.workload import Parallelism, Workload
 
 __all__ = ["DEVICE_CLASSES", "FORMATS", "HardwareSpec", "LayerGroup", "Link", "ModelSpec",
-           "MLP", "Attention", "CheckpointFormats", "DenseMLP", "LatentAttention", "Layer",
+           "MLP", "Attention", "CheckpointFormats", "CompressedAttention", "DenseMLP",
+           "LatentAttention", "Layer",
            "LinearAttention", "LinearMixer", "LinearMLP", "Mamba2", "Mixer", "MoE",
            "NumberFormat", "Parallelism", "Precision", "Price", "Workload", "number_format"]

@@ -13,7 +13,7 @@ the layers, whichever way they were given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from phasewise.errors import InputError
 
@@ -69,6 +69,55 @@ class LatentAttention:
     @property
     def label(self) -> str:
         return f"mla-top{self.index_topk}" if self.index_topk else "mla"
+
+
+@dataclass(frozen=True, slots=True)
+class CompressedAttention:
+    """DeepSeek-V4's attention (inference/model.py, class Attention): multi-query attention
+    with one shared key/value of ``head_dim`` (latent + ``rope_head_dim`` rope dims) per
+    entry, a low-rank query (``q_lora_rank``) and a grouped low-rank output projection
+    (``o_groups`` groups of heads, each projected to ``o_lora_rank``). Every layer attends
+    to a raw sliding ``window`` of recent tokens; with ``compress_ratio`` r > 0 also to a
+    cache of one compressed entry per r tokens: all of them (HCA, r = 128), or, at r = 4
+    (CSA), the ``index_topk`` a lightning indexer (``index_heads`` × ``index_head_dim``,
+    over its own compressed keys) selects."""
+
+    heads: int
+    head_dim: int
+    rope_head_dim: int
+    q_lora_rank: int
+    o_groups: int
+    o_lora_rank: int
+    window: int
+    compress_ratio: int = 0
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
+
+    @property
+    def sparse(self) -> bool:
+        """CSA: compressed entries chosen by the indexer (the reference builds an Indexer
+        exactly when compress_ratio == 4)."""
+        return self.compress_ratio == CSA_COMPRESS_RATIO and self.index_topk > 0
+
+    @property
+    def overlap(self) -> bool:
+        """The ratio-4 compressor pools overlapping windows of 2r tokens (Compressor.overlap),
+        so its projections are twice as wide."""
+        return self.compress_ratio == CSA_COMPRESS_RATIO
+
+    @property
+    def label(self) -> str:
+        if not self.compress_ratio:
+            return f"swa{self.window}"
+        if self.sparse:
+            return f"csa{self.compress_ratio}-top{self.index_topk}"
+        return f"hca{self.compress_ratio}"
+
+
+# DeepSeek-V4 inference/model.py: Compressor.overlap = compress_ratio == 4 and
+# Attention builds its Indexer only when compress_ratio == 4.
+CSA_COMPRESS_RATIO = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +196,21 @@ class LinearMixer:
         return "linear"
 
 
-Mixer = (Attention | LatentAttention | LinearAttention | Mamba2 | ShortConv | CrossAttention
-         | LinearMixer)
+Mixer = (Attention | LatentAttention | CompressedAttention | LinearAttention | Mamba2 | ShortConv
+         | CrossAttention | LinearMixer)
+
+
+def projection_names(mixer: Mixer | None) -> tuple[str, ...]:
+    """The module names a Hugging Face checkpoint gives a mixer's projections (the names its
+    quantization config excludes or quantizes one by one): transformers' LlamaAttention and
+    DeepseekV3Attention, and DeepSeek-V3.2's indexer as one part."""
+    if isinstance(mixer, Attention):
+        return ("q_proj", "k_proj", "v_proj", "o_proj")
+    if isinstance(mixer, LatentAttention):
+        query = ("q_a_proj", "q_b_proj") if mixer.q_lora_rank else ("q_proj",)
+        indexer = ("indexer",) if mixer.index_topk else ()
+        return (*query, "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", *indexer)
+    return ()
 
 
 # ---- MLPs ---------------------------------------------------------------------------------
@@ -244,6 +306,9 @@ class CheckpointFormats:
     kv_cache: str | None = None
     method: str = ""
     source: str = ""
+    # Attention projections stored otherwise than their class (projection name, format):
+    # a checkpoint that excludes q_a/q_b/kv_a/kv_b from quantization but not o_proj.
+    projections: tuple[tuple[str, str], ...] = ()
 
     def format_of(self, module_class: str) -> str | None:
         return dict(self.weights).get(module_class)
@@ -287,11 +352,15 @@ class ModelSpec:
     # 2h→h projection, DeepSeek-V3 §2.2), and a vision tower's parameter count.
     mtp_layers: tuple[Layer, ...] = ()
     vision_params: float = 0.0
+    # Hyper-connections (DeepSeek-V4's mHC, ``hc_mult``): the residual stream is this many
+    # copies of the hidden state, mixed before and after every sub-block; 0 or 1: a plain one.
+    hyper_connections: int = 0
     checkpoint: CheckpointFormats | None = None
     # What the config reader noticed and could not price (shown as warnings).
     notes: tuple[str, ...] = ()
     _layers: tuple[Layer, ...] = field(default=(), init=False, repr=False, compare=False)
     _groups: tuple[LayerGroup, ...] = field(default=(), init=False, repr=False, compare=False)
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         positive = ("hidden_size", "num_layers", "vocab_size")
@@ -327,6 +396,14 @@ class ModelSpec:
                              f"1..{self.num_experts}, got {self.experts_per_token}.")
         if "sliding" in self.layer_types and not self.sliding_window:
             raise InputError(f"model '{self.name}': sliding layers need a sliding_window.")
+
+    def __hash__(self) -> int:
+        """The hash of the compared fields, computed once: the ledger's cache looks a model
+        up on every step, and a per-layer spec is long to hash."""
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash(tuple(
+                getattr(self, f.name) for f in fields(self) if f.compare)))
+        return self._hash  # type: ignore[return-value]
 
     # ---- views over the layers ----
 
@@ -421,6 +498,25 @@ def _check_layer(name: str, layer: Layer) -> None:
             raise InputError(f"model '{name}': attention with {mixer.heads} heads, "
                              f"{mixer.kv_heads} KV heads and head size {mixer.head_dim} is not "
                              "possible (heads must be a positive multiple of KV heads).")
+    if isinstance(mixer, CompressedAttention):
+        _check_compressed(name, mixer)
     if isinstance(layer.mlp, MoE) and not 0 < layer.mlp.top_k <= layer.mlp.experts:
         raise InputError(f"model '{name}': experts per token must be in 1..{layer.mlp.experts}, "
                          f"got {layer.mlp.top_k}.")
+
+
+def _check_compressed(name: str, mixer: CompressedAttention) -> None:
+    """Groups of whole heads, rope dims inside the head, a window, and the indexer's sizes
+    where the layer selects entries."""
+    problem = ""
+    if min(mixer.heads, mixer.head_dim, mixer.o_groups, mixer.o_lora_rank, mixer.window) <= 0:
+        problem = "heads, head_dim, o_groups, o_lora_rank and the window must be positive"
+    elif mixer.heads % mixer.o_groups:
+        problem = f"{mixer.heads} heads do not split into {mixer.o_groups} output groups"
+    elif mixer.rope_head_dim >= mixer.head_dim:
+        problem = f"rope dims {mixer.rope_head_dim} do not fit in head_dim {mixer.head_dim}"
+    elif mixer.sparse and min(mixer.index_heads, mixer.index_head_dim) <= 0:
+        problem = "a ratio-4 layer with index_topk needs index_n_heads and index_head_dim"
+    if problem:
+        raise InputError(f"model '{name}': compressed attention: {problem}; check the "
+                         "config.json.")

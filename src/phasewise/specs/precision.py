@@ -174,8 +174,14 @@ class Precision:
     # The peak column a device runs the GEMMs at when it differs from what the formats alone
     # imply ("" otherwise): set by specs.compute.precision_on for one device.
     compute: str = ""
+    # Attention projections in a format of their own (module name, format), as a checkpoint
+    # that quantizes o_proj but not the other MLA projections stores them; the ledger weighs
+    # each mixer's bytes per weight by its projections' parameters.
+    projection_weights: tuple[tuple[str, str], ...] = ()
     _class_bytes: dict[str, float] = field(default_factory=dict, init=False, repr=False,
                                            compare=False)
+    _projection_bytes: dict[str, float] = field(default_factory=dict, init=False, repr=False,
+                                                compare=False)
 
     def __post_init__(self) -> None:
         for name in ("weights", "activations", "kv_cache"):
@@ -189,6 +195,10 @@ class Precision:
             raise InputError(f"unknown module class {unknown[0]!r} in module_weights; known: "
                              f"{', '.join(MODULE_CLASSES)}.")
         object.__setattr__(self, "module_weights", modules)
+        projections = tuple((part, number_format(fmt).name) for part, fmt in self.projection_weights)
+        object.__setattr__(self, "projection_weights", projections)
+        object.__setattr__(self, "_projection_bytes", {
+            part: number_format(fmt).bytes_per_element for part, fmt in projections})
         own = dict(modules)
         object.__setattr__(self, "_class_bytes", {
             cls: (number_format(own[cls]).bytes_per_element if cls in own
@@ -212,6 +222,7 @@ class Precision:
             return self
         checkpoint = getattr(model, "checkpoint", None)
         weights, modules, source = self.weights, self.module_weights, self.source
+        projections = self.projection_weights
         if weights == CHECKPOINT:
             weights, modules, source = UNQUANTIZED, (), "bf16 (the checkpoint declares no format)"
             if checkpoint is not None:
@@ -219,10 +230,12 @@ class Precision:
                 weights = dict(modules).get("experts") if model.is_moe else None
                 weights = weights or dict(modules).get("mlp") or UNQUANTIZED
                 source = checkpoint.source
+                projections = tuple(checkpoint.projections)
         kv = self.kv_cache
         if kv == CHECKPOINT:
             kv = (checkpoint.kv_cache if checkpoint is not None else None) or UNQUANTIZED
-        return Precision(weights, self.activations, kv, self.kv_keep, modules, source)
+        return Precision(weights, self.activations, kv, self.kv_keep, modules, source,
+                         projection_weights=projections)
 
     @property
     def _weights_format(self) -> NumberFormat:
@@ -235,6 +248,11 @@ class Precision:
     def weight_format_for(self, module_class: str) -> str:
         """The format of ``module_class``'s weights: its own, else ``weights``."""
         return dict(self.module_weights).get(module_class, self.weights)
+
+    @property
+    def projection_bytes(self) -> dict[str, float]:
+        """Bytes per weight of the attention projections with a format of their own."""
+        return self._projection_bytes
 
     def weight_bytes_for(self, module_class: str) -> float:
         """Bytes per weight of ``module_class``; routed experts of a file type that stores
