@@ -208,3 +208,13 @@ def test_heads_that_do_not_split_into_groups_are_refused():
     with pytest.raises(InputError, match="output groups"):
         model_from_config(_one_layer(0, o_groups=3), "odd")
     assert isinstance(model_from_config(_one_layer(0), "ok").layers[0].mixer, CompressedAttention)
+
+
+def test_the_reference_transformer_refuses_compressed_attention_in_one_line():
+    """The profiler builds no CSA/HCA module: `check_buildable` names the layer kind before
+    any ceiling is measured."""
+    pytest.importorskip("torch")
+    from phasewise.measure.reference import check_buildable
+    with pytest.raises(InputError, match="compressed attention") as raised:
+        check_buildable(model_from_config(_one_layer(4), "csa"))
+    assert "\n" not in str(raised.value)

@@ -263,6 +263,8 @@ def check_buildable(spec: ModelSpec) -> None:
 
 def _unbuildable(mixer: layers.Mixer | None) -> str:
     """Why a mixer's geometry has no reference form, or ''."""
+    if isinstance(mixer, layers.CompressedAttention):
+        return "DeepSeek-V4's compressed attention (CSA/HCA) has no reference module yet"
     sizes = {layers.Mamba2: ("heads", "head_dim", "state_size", "groups", "conv_kernel"),
              layers.LinearAttention: ("key_heads", "value_heads", "key_head_dim",
                                       "value_head_dim", "conv_kernel"),
