@@ -172,3 +172,13 @@ def test_validate_scores_serving_rows_held_out_and_skips_what_it_cannot_describe
     assert "held out in every mode" in " ".join(outcome.notes)
     assert "expert tensor parallelism" in outcome.skipped[0].reason
     assert len(dataset([load_measurements(path)]).serving) == 1
+
+
+def test_why_names_a_serving_row_as_replayed_not_estimated(tmp_path: Path) -> None:
+    from phasewise.errors import InputError
+    from phasewise.validate.outcome import explain_rows
+
+    path = _file(tmp_path, "S1,end_to_end,s,NVIDIA H100 SXM,1,Llama 3.1 8B,bf16,vLLM 0.10,TP1,4,"
+                           "512,64,p99_ttft,50,ms,concurrency,,8")
+    with pytest.raises(InputError, match="S1 is a serving row, replayed through the simulator"):
+        explain_rows([load_measurements(path)], ["S1"])

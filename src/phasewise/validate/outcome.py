@@ -181,6 +181,11 @@ def explain_rows(files: Sequence[MeasurementFile], ids: Sequence[str], *,
     data = dataset(files)
     scenarios = data.scenarios
     _not_scored(ids, data.excluded, data.skipped)
+    served = {s.record_id.lower() for s in data.serving}
+    if replayed := [i for i in ids if i.lower() in served]:
+        raise InputError(f"--why takes an estimate apart; {', '.join(replayed)} is a serving "
+                         "row, replayed through the simulator: `phasewise validate --rows` "
+                         "gives its figures and `phasewise simulate` runs its load.")
     chosen = find_scenarios(scenarios, ids)
     if leave_one_source_out or holdout_source:
         held = (match_source(holdout_source, sources(scenarios)) if holdout_source else None)
