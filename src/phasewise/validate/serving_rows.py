@@ -216,7 +216,8 @@ def replay_requests(load: str, stated: int, concurrency: int, rate: float, osl: 
         wanted = max(2, int(rate * RATE_REPLAY_S))
     else:
         wanted = SATURATION_REQUESTS
-    return max(min(wanted, max(MAX_REPLAY_OUTPUT_TOKENS // osl, 1)), min(wanted, 2 * concurrency), 1)
+    capped = min(wanted, max(MAX_REPLAY_OUTPUT_TOKENS // osl, 1))
+    return max(capped, min(wanted, 2 * concurrency), 1)
 
 
 def server_for(scenario: ServingScenario, *, cost: str = "calibrated",
