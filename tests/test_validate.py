@@ -296,7 +296,7 @@ def test_holding_out_a_source_fits_without_any_of_its_rows():
 
 
 def test_json_document_scores_each_source_and_phase_for_both_models(tmp_path):
-    # every bundled file but TensorRT-LLM's max-throughput tables, whose 196 replays take a
+    # every bundled file but TensorRT-LLM's max-throughput tables, whose 246 replays take a
     # minute (benchmarks/bench_validate_serving_rows.py runs them)
     files = [a for path in bundled_paths() if not path.name.startswith("trtllm_perf_overview")
              for a in ("--measurements", str(path))]
