@@ -13,9 +13,11 @@ from phasewise.validate.run import dataset
 from phasewise.validate.scenario import MappingError
 from phasewise.validate.serving_rows import (
     MAX_REPLAY_OUTPUT_TOKENS,
+    engine_flags,
     layout_for,
     predict,
     preset_spec,
+    server_for,
     serving_scenario_for,
 )
 
@@ -182,3 +184,14 @@ def test_why_names_a_serving_row_as_replayed_not_estimated(tmp_path: Path) -> No
                            "512,64,p99_ttft,50,ms,concurrency,,8")
     with pytest.raises(InputError, match="S1 is a serving row, replayed through the simulator"):
         explain_rows([load_measurements(path)], ["S1"])
+
+
+def test_engine_flags_in_the_software_replace_the_preset_settings() -> None:
+    # dstack's TensorRT-LLM server: trtllm-serve --max_batch_size 512 --max_num_tokens 16384
+    s = serving_scenario_for(_bundled("DSTK-0073"))
+    assert dict(s.overrides) == {"max_num_seqs": 512, "max_num_batched_tokens": 16384}
+    server = server_for(s)
+    assert (server.max_seqs, server.max_batched_tokens) == (512, 16384)
+    assert engine_flags("vllm serve --gpu-memory-utilization 0.95") == (
+        ("memory_fraction", 0.95),)
+    assert engine_flags("vLLM 0.10, vllm serve") == ()

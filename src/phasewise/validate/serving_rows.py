@@ -6,7 +6,8 @@ loaded server: a closed loop of ``batch_or_concurrency`` clients (``vllm bench s
 sweep, MLPerf's Server scenario at its target rate), or every request queued at once
 with the engine choosing the batch (MLPerf Offline, ``trtllm-bench throughput``, vLLM's
 offline throughput benchmark). It is replayed as its benchmark drove the server, against
-the engine's preset at the row's version (``serving.presets``), with fixed prompt and
+the engine's preset at the row's version (``serving.presets``; engine flags the row's
+software names, ``--max-num-seqs 512``, replace the settings they set), with fixed prompt and
 answer lengths (the published runs fix them: random datasets with a range ratio of 1,
 ``prepare_dataset.py`` with a standard deviation of 0), and scored on what it measured:
 a mean or percentile of TTFT, TPOT, ITL or E2E latency, or a throughput, read as its time
@@ -64,6 +65,18 @@ _RATE_UNITS = {"tokens/s": ("tokens/s", "tok/s"), "tokens/s per gpu": (
     "tokens/s per gpu", "output tokens/s per gpu", "tok/s/gpu", "tokens/s/gpu"),
     "requests/s": ("requests/s", "req/s")}
 
+# Engine flags a row's software may name, as vLLM, SGLang and TensorRT-LLM spell them, and
+# the preset setting each one replaces (the rest of the preset stays as the engine ships it).
+_FLAGS = (
+    (re.compile(r"--max[-_]num[-_]seqs[ =](\d+)|--max[-_]batch[-_]size[ =](\d+)"
+                r"|--max[-_]running[-_]requests[ =](\d+)"), "max_num_seqs", int),
+    (re.compile(r"--max[-_]num[-_]batched[-_]tokens[ =](\d+)|--max[-_]num[-_]tokens[ =](\d+)"
+                r"|--chunked[-_]prefill[-_]size[ =](\d+)"), "max_num_batched_tokens", int),
+    (re.compile(r"--gpu[-_]memory[-_]utilization[ =]([\d.]+)|--mem[-_]fraction[-_]static[ =]"
+                r"([\d.]+)|--kv[-_]cache[-_]free[-_]gpu[-_]mem[-_]fraction[ =]([\d.]+)"),
+     "memory_fraction", float),
+)
+
 # Layouts as the engines' docs write them: TP<n>, PP<n>, EP<n>, "DEP<n>" (TensorRT-LLM:
 # attention data parallel over n ranks with the experts split n ways), and attention DP
 # with the experts' own TP (SGLang --enable-dp-attention without EP).
@@ -94,6 +107,8 @@ class ServingScenario:
     value: float
     unit: str
     measured_s: float  # the figure as seconds (a throughput: seconds per unit)
+    # preset settings the row's own engine flags replace: (EngineSettings field, value)
+    overrides: tuple[tuple[str, float], ...] = ()
 
     @property
     def devices(self) -> int:
@@ -125,7 +140,21 @@ def serving_scenario_for(row: Measurement) -> ServingScenario:
         requests=replay_requests(row.load, row.num_prompts, concurrency, row.request_rate,
                                  row.output_len),
         isl=row.input_len, osl=row.output_len, metric=row.metric, statistic=statistic,
-        figure=figure, value=row.value, unit=row.unit, measured_s=measured_s)
+        figure=figure, value=row.value, unit=row.unit, measured_s=measured_s,
+        overrides=engine_flags(row.software_stack))
+
+
+def engine_flags(software_stack: str) -> tuple[tuple[str, float], ...]:
+    """The preset settings a row's engine flags set ('--max-num-seqs 512',
+    '--max_num_tokens 16384', '--gpu-memory-utilization 0.95'), in ``_FLAGS`` order."""
+    found = []
+    for pattern, setting, kind in _FLAGS:
+        if match := pattern.search(software_stack):
+            value = kind(next(g for g in match.groups() if g))
+            if not value > 0:
+                raise MappingError(f"engine flag '{match.group(0)}' must be positive")
+            found.append((setting, value))
+    return tuple(found)
 
 
 def _precision(row: Measurement) -> Precision:
@@ -235,16 +264,19 @@ def server_for(scenario: ServingScenario, *, cost: str = "calibrated",
 
 
 def _preset(scenario: ServingScenario):  # noqa: ANN202
-    """The preset at the row's version; a version before the presets' first table (or
-    one they cannot read) takes the engine's default release."""
+    """The preset at the row's version (a version before the presets' first table, or one
+    they cannot read, takes the engine's default release), with the row's engine flags in
+    place of the settings they name."""
     from phasewise.serving.presets import engine_settings
 
     par = scenario.parallelism
     try:
-        return engine_settings(scenario.engine, scenario.hardware, tp=par.tp, ranks=par.devices)
+        preset = engine_settings(scenario.engine, scenario.hardware, tp=par.tp,
+                                 ranks=par.devices)
     except InputError:
-        return engine_settings(scenario.engine.split("@")[0], scenario.hardware, tp=par.tp,
-                               ranks=par.devices)
+        preset = engine_settings(scenario.engine.split("@")[0], scenario.hardware, tp=par.tp,
+                                 ranks=par.devices)
+    return replace(preset, **dict(scenario.overrides))
 
 
 def simulated_seconds(scenario: ServingScenario, server, *, seed: int = 0) -> float:  # noqa: ANN001
