@@ -195,3 +195,7 @@ def test_engine_flags_in_the_software_replace_the_preset_settings() -> None:
     assert engine_flags("vllm serve --gpu-memory-utilization 0.95") == (
         ("memory_fraction", 0.95),)
     assert engine_flags("vLLM 0.10, vllm serve") == ()
+    for bad in ("--gpu-memory-utilization 1.5", "--gpu-memory-utilization 0.9.1",
+                "--max-num-seqs 0"):
+        with pytest.raises(MappingError):
+            engine_flags(f"vllm serve {bad}")

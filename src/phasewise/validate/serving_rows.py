@@ -119,10 +119,6 @@ class ServingScenario:
         return self.figure == "throughput"
 
 
-def is_serving(row: Measurement) -> bool:
-    return bool(row.load)
-
-
 def serving_scenario_for(row: Measurement) -> ServingScenario:
     """The replay a serving row describes, or a MappingError naming what is unknown."""
     model = resolve_model(row.model, row.model_params_b)
@@ -150,9 +146,12 @@ def engine_flags(software_stack: str) -> tuple[tuple[str, float], ...]:
     found = []
     for pattern, setting, kind in _FLAGS:
         if match := pattern.search(software_stack):
-            value = kind(next(g for g in match.groups() if g))
-            if not value > 0:
-                raise MappingError(f"engine flag '{match.group(0)}' must be positive")
+            try:
+                value = kind(next(g for g in match.groups() if g))
+            except ValueError:
+                raise MappingError(f"engine flag '{match.group(0)}' is not a number") from None
+            if not value > 0 or (setting == "memory_fraction" and value > 1):
+                raise MappingError(f"engine flag '{match.group(0)}' is out of range")
             found.append((setting, value))
     return tuple(found)
 
