@@ -43,7 +43,14 @@ def test_vllm_v1_on_h100_takes_the_large_memory_defaults() -> None:
     # arg_utils.get_batch_defaults: ≥ 70 GiB and not A100 -> 8192 tokens, 1024 sequences
     vllm = engine_settings("vllm@0.19", H100)
     assert (vllm.scheduler, vllm.max_num_batched_tokens, vllm.max_num_seqs) == ("chunked", 8192, 1024)
-    assert vllm.memory_fraction == 0.9 and vllm.prefix_caching and not vllm.host.overlap
+    assert vllm.memory_fraction == 0.9 and vllm.prefix_caching
+
+
+def test_vllm_schedules_ahead_from_the_async_default_on() -> None:
+    # vllm/config/vllm.py: async_scheduling None -> True unless an incompatible option;
+    # 0.10 shipped async_scheduling = False (config/scheduler.py)
+    assert engine_settings("vllm@0.19", H100).host.overlap
+    assert not engine_settings("vllm@0.10", H100).host.overlap
 
 
 def test_vllm_v1_on_a100_keeps_the_small_defaults() -> None:

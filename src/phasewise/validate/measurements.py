@@ -27,7 +27,7 @@ REQUIRED_COLUMNS = ("record_id", "phase", "source_name", "hardware", "model", "w
 OPTIONAL_COLUMNS = ("category", "source_url", "source_locator", "provenance",
                     "num_accelerators", "hw_specs_as_stated", "model_params_b", "kv_depth",
                     "peak_ref_value", "peak_ref_unit", "fraction_of_peak", "peak_ref_source",
-                    "notes", "exclude")
+                    "notes", "exclude", "load", "request_rate", "num_prompts")
 
 
 # The phases a row may measure: the model's two phases, a whole request, and the device
@@ -38,6 +38,19 @@ PHASES = ("prefill", "decode", "end_to_end", "gemm", "memory_bw")
 MAX_FIELD_CHARS = 16_384
 # Past this no batch, length or device count of a published run lies.
 MAX_COUNT = 100_000_000
+
+# How a serving benchmark loads the server: a closed loop of N clients ("concurrency"),
+# Poisson arrivals at a rate ("rate", and MLPerf's Server scenario at its target rate), or
+# every request queued at once with the engine choosing the batch (MLPerf Offline,
+# trtllm-bench's and vLLM's offline "max throughput" runs). Empty: a static batch or a
+# single stream, priced by the estimate.
+LOADS = ("concurrency", "rate", "mlperf_server", "mlperf_offline", "max_throughput")
+RATE_LOADS = ("rate", "mlperf_server")
+# batch_or_concurrency as sources write a load in place of a number.
+_LOAD_WORDS = {"max throughput": "max_throughput", "max-throughput": "max_throughput",
+               "max": "max_throughput", "maximum throughput": "max_throughput",
+               "saturation": "max_throughput", "offline": "mlperf_offline",
+               "server": "mlperf_server"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +79,9 @@ class Measurement:
     exclude: str = ""  # why the row is left out of fits and scores (the source's own doubt)
     line: int = 0
     model_params_b: float | None = None  # as the source prints it (llama-bench's params column)
+    load: str = ""  # one of LOADS for a serving run; "" for a static batch or one stream
+    request_rate: float = 0.0  # requests per second, for a rate or an MLPerf Server run
+    num_prompts: int = 0  # requests the benchmark sent (0: not stated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +180,17 @@ def _measurement(raw: dict[str, str | None], line: int) -> Measurement:
     value = _number(text("value"), "value")
     if value is None or value <= 0 or not math.isfinite(value):
         raise ValueError(f"value '{text('value')}' is not a positive number")
+    load, batch_text = _load(text("load"), text("batch_or_concurrency"))
+    rate = _number(text("request_rate"), "request_rate") or 0.0
+    if not math.isfinite(rate) or rate < 0:
+        raise ValueError(f"request_rate '{text('request_rate')}' is not a positive number")
+    if load in RATE_LOADS and not rate > 0:
+        raise ValueError(f"a '{load}' row needs a request_rate (requests per second)")
     return Measurement(
         record_id=record_id, source=text("source_name"), phase=text("phase").lower(),
         hardware=text("hardware"), model=text("model"), weight_dtype=text("weight_dtype"),
         software_stack=text("software_stack"), parallelism=text("parallelism"),
-        batch=_count(text("batch_or_concurrency"), "batch_or_concurrency", default=1),
+        batch=_count(batch_text, "batch_or_concurrency", default=1),
         input_len=_count(text("input_len"), "input_len", default=0),
         output_len=_count(text("output_len"), "output_len", default=0),
         kv_depth=_count(text("kv_depth"), "kv_depth", default=0),
@@ -176,7 +198,35 @@ def _measurement(raw: dict[str, str | None], line: int) -> Measurement:
                                 minimum=1),
         metric=text("metric"), value=value, unit=text("unit"), source_url=text("source_url"),
         source_locator=text("source_locator"), notes=text("notes"), exclude=text("exclude"),
-        line=line, model_params_b=_number(text("model_params_b"), "model_params_b"))
+        line=line, model_params_b=_number(text("model_params_b"), "model_params_b"),
+        load=load, request_rate=rate,
+        num_prompts=_count(text("num_prompts"), "num_prompts", default=0))
+
+
+def _load(load: str, batch: str) -> tuple[str, str]:
+    """The row's load and the count left in batch_or_concurrency: the load column as
+    given, or a load the batch column names in words ("max throughput", "Offline")."""
+    load = load.lower().replace("-", "_").replace(" ", "_")
+    if load and load not in LOADS:
+        raise ValueError(f"load '{load}' is not one of {', '.join(LOADS)}")
+    words = " ".join(batch.lower().split())
+    if words in _LOAD_WORDS:
+        named = _LOAD_WORDS[words]
+        if load and load != named:
+            raise ValueError(f"batch_or_concurrency '{batch}' says {named} but load says {load}")
+        return named, ""
+    if not batch:
+        if load == "concurrency":
+            raise ValueError("a concurrency row needs the number of clients in "
+                             "batch_or_concurrency")
+        return load, ""
+    try:
+        _number(batch, "batch_or_concurrency")
+    except ValueError:
+        raise ValueError(f"batch_or_concurrency '{batch}' is neither a number nor a load; write "
+                         "the batch or concurrency, or one of 'max throughput', 'Offline', "
+                         f"'Server' (or set load to one of {', '.join(LOADS)})") from None
+    return load, batch
 
 
 def _number(text: str, column: str) -> float | None:

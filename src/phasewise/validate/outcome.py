@@ -139,8 +139,26 @@ def run_validation(files: Sequence[MeasurementFile], *, holdout_source: str | No
         mode = f"calibration '{profile.name}'" + (" (in-sample for the rows it was fitted to)"
                                                    if not calibration else "")
         predictions = in_sample(scenarios, profile)
+    predictions = predictions + _serving(data, calibration, notes)
     return ValidationOutcome(mode, predictions, score(predictions), data.skipped, data.excluded,
                              data.unknown_columns, notes)
+
+
+def _serving(data, calibration: str | None, notes: list[str]) -> list[Prediction]:  # noqa: ANN001
+    """The serving rows replayed through the simulator with the bundled (or the given)
+    calibration in every mode: no fit sees them, so they are held out whatever is fitted."""
+    if not data.serving:
+        return []
+    from phasewise.validate.serving_rows import predict_all
+
+    served, failed = predict_all(data.serving, calibration=calibration,
+                                 lines=data.serving_lines)
+    data.skipped += failed
+    notes.append(f"{len(served)} serving row(s) (a concurrency, a request rate, MLPerf "
+                 "Offline/Server or max throughput) replayed through the simulator with the "
+                 f"{'given' if calibration else 'bundled'} calibration; no fit includes them, "
+                 "so they are held out in every mode")
+    return served
 
 
 def _not_scored(ids: Sequence[str], excluded: Sequence[Problem],
@@ -163,6 +181,11 @@ def explain_rows(files: Sequence[MeasurementFile], ids: Sequence[str], *,
     data = dataset(files)
     scenarios = data.scenarios
     _not_scored(ids, data.excluded, data.skipped)
+    served = {s.record_id.lower() for s in data.serving}
+    if replayed := [i for i in ids if i.lower() in served]:
+        raise InputError(f"--why takes an estimate apart; {', '.join(replayed)} is a serving "
+                         "row, replayed through the simulator: `phasewise validate --rows` "
+                         "gives its figures and `phasewise simulate` runs its load.")
     chosen = find_scenarios(scenarios, ids)
     if leave_one_source_out or holdout_source:
         held = (match_source(holdout_source, sources(scenarios)) if holdout_source else None)

@@ -93,12 +93,18 @@ class Dataset:
     skipped: list[Problem] = field(default_factory=list)
     excluded: list[Problem] = field(default_factory=list)
     unknown_columns: list[str] = field(default_factory=list)
+    # rows of a loaded server (a load set), replayed through the simulator, never fitted
+    serving: list = field(default_factory=list)  # validate.serving_rows.ServingScenario
+    serving_lines: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def dataset(files: Sequence[MeasurementFile]) -> Dataset:
     """Scenarios for every row that maps; a Problem for every row that does not, for every
     row its file marks excluded, and for every row whose workload the ledger cannot
-    describe (``unscorable``): kept out of fits and scores, and said so."""
+    describe (``unscorable``): kept out of fits and scores, and said so. Rows of a loaded
+    server (``load`` set) become serving scenarios for the simulator, never fitted."""
+    from phasewise.validate.serving_rows import serving_scenario_for
+
     out = Dataset([])
     for file in files:
         out.skipped += [Problem(p.line, p.record_id, f"{_name(file.path)}: {p.reason}")
@@ -107,6 +113,14 @@ def dataset(files: Sequence[MeasurementFile]) -> Dataset:
         for row in file.rows:
             if row.exclude:
                 out.excluded.append(Problem(row.line, row.record_id, row.exclude))
+                continue
+            if row.load:
+                try:
+                    out.serving.append(serving_scenario_for(row))
+                    out.serving_lines[row.record_id] = (row.line, _name(file.path))
+                except (MappingError, InputError) as err:
+                    out.skipped.append(Problem(row.line, row.record_id,
+                                               f"{_name(file.path)}: {err}"))
                 continue
             try:
                 scenario = _configured(scenario_for(row), row.software_stack)

@@ -13,7 +13,7 @@ import numpy as np
 
 from phasewise.validate.run import Prediction, short_source
 
-PHASE_ORDER = ("prefill", "decode", "end_to_end", "gemm", "memory_bw")
+PHASE_ORDER = ("prefill", "decode", "end_to_end", "serving", "gemm", "memory_bw")
 ALL_SOURCES = "all"
 
 
