@@ -193,7 +193,10 @@ def test_hopper_rows_moved_to_b200_and_gb200_replay_within_the_bandwidth_bounds(
 
 
 def test_nvfp4_weights_cut_blackwell_decode_by_at_most_the_weight_bytes():
+    # Layouts inside one 8-GPU board: wider ones are bound by collectives, which the ledger
+    # prices in the activations' format (fp8 under W8A8, bf16 under W4A4), not the weights'.
     rows = [r for r in _hopper_rows(1) if r.gemm_quant == "fp8" and r.concurrency <= 8
+            and max(p.tp * p.attention_dp for p in r.pools) <= 8
             and r.model in ("deepseek-ai/DeepSeek-R1", "meta-llama/Llama-3.1-70B", "Qwen/Qwen3-32B")]
     assert rows
     for row in rows:
