@@ -86,14 +86,15 @@ def test_every_checkpoint_row_names_a_catalog_network_and_a_source():
 @pytest.mark.parametrize("repo", [
     "deepseek-ai/DeepSeek-V3.2", "Qwen/Qwen3-235B-A22B-FP8", "openai/gpt-oss-20b",
     "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-Next-80B-A3B-Instruct", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
-    "moonshotai/Kimi-K2-Instruct", "MiniMaxAI/MiniMax-M2", "nvidia/DeepSeek-V3.1-NVFP4"])
+    "moonshotai/Kimi-K2-Instruct", "MiniMaxAI/MiniMax-M2", "nvidia/DeepSeek-V3.1-NVFP4",
+    "zai-org/GLM-4.6", "deepseek-ai/DeepSeek-V3.1"])
 def test_model_paths_of_other_gpus_rows_resolve(repo):
     assert row_model(repo).layer_groups
 
 
 def test_a_network_outside_the_catalog_is_refused_by_name():
-    with pytest.raises((InputError, MappingError), match="GLM-4.6"):
-        row_model("zai-org/GLM-4.6")
+    with pytest.raises((InputError, MappingError), match="Qwen3-Coder-480B"):
+        row_model("Qwen/Qwen3-Coder-480B-A35B-Instruct")
 
 
 def test_nvfp4_is_fp4_compute_on_blackwell_and_weight_only_on_hopper():
