@@ -8,6 +8,7 @@ changed, nothing measured); no held-out measurement is read.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import math
 
@@ -23,7 +24,7 @@ from phasewise.ledger import Step, build_ledger
 from phasewise.serving.layouts import engine_layout
 from phasewise.specs.compute import precision_on
 from phasewise.validate.scenario import MappingError
-from phasewise.validate.serving import Pool, ServingRow, load_serving, replay
+from phasewise.validate.serving import SERVING_FILE, Pool, ServingRow, load_serving, replay
 from phasewise.validate.serving_inputs import row_model
 
 # Memory bandwidth per GPU in GB/s as the sheets state it, from their sources: H100 SXM 3.35
@@ -240,3 +241,31 @@ def test_a_synthetic_blackwell_set_is_simulated_not_refused():
     assert len(refused) <= 0.05 * total, refused
     for base, moved, system in results:
         _check_against_hopper(base, moved, system)
+
+
+def test_a_kv_cache_label_sets_the_cache_format_and_an_empty_one_keeps_the_checkpoints():
+    hw = load_hardware("gb200")
+    llama, nvfp4 = load_model("llama-3.1-8b"), load_model("deepseek-v3.1-nvfp4")
+    assert serving_precision("fp8", "", hw, llama, kv_label="fp8").kv_bytes == 1
+    assert serving_precision("fp8", "", hw, llama).kv_bytes == 2  # bf16: the config declares none
+    # nvidia/DeepSeek-V3.1-NVFP4's hf_quant_config: kv_cache_quant_algo FP8
+    assert serving_precision("nvfp4", "nvfp4", hw, nvfp4).kv_bytes == 1
+    with pytest.raises(InputError, match="KV-cache label 'fp2'"):
+        serving_precision("fp8", "", hw, llama, kv_label="fp2")
+
+
+def test_the_kvcache_column_is_read_where_a_file_has_one(tmp_path):
+    import csv
+
+    from phasewise.validate.serving import SERVING_FILE
+    with SERVING_FILE.open() as f:
+        reader = csv.DictReader(f)
+        row = next(reader)
+        header = list(reader.fieldnames) + ["kvcache_quant_mode"]
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerow({**row, "system": "gb300", "kvcache_quant_mode": "fp8"})
+    (read,), problems = load_serving(path)
+    assert not problems and (read.kv_quant, read.device) == ("fp8", "gb300")
