@@ -255,9 +255,6 @@ def test_a_kv_cache_label_sets_the_cache_format_and_an_empty_one_keeps_the_check
 
 
 def test_the_kvcache_column_is_read_where_a_file_has_one(tmp_path):
-    import csv
-
-    from phasewise.validate.serving import SERVING_FILE
     with SERVING_FILE.open() as f:
         reader = csv.DictReader(f)
         row = next(reader)
