@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from phasewise.catalog.system_names import system_sheet
 from phasewise.errors import InputError
 from phasewise.validate.measurements import MEASUREMENTS_DIR, Problem
 from phasewise.validate.scenario import MappingError
@@ -31,11 +32,8 @@ SERVING_FILE = MEASUREMENTS_DIR / "serving" / "serving_hopper.csv"
 # vLLM's benchmark_serving as InferenceMAX and the engines' recipes run it: --num-prompts
 # is ten times --max-concurrency (InferenceMAX benchmarks/*.sh: --num-prompts $((CONC * 10))).
 PROMPTS_PER_CLIENT = 10
-DEVICES = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm"}
-# gemm_quant_mode → (weights, activations). Hopper has no FP4 tensor cores: the 'nvfp4'
-# label of gpt-oss-120b rows is its MXFP4 expert checkpoint run with bf16 activations.
-FORMATS = {"": ("bf16", "bf16"), "fp8": ("fp8", "fp8"), "fp8_block": ("fp8", "fp8"),
-           "nvfp4": ("mxfp4", "bf16"), "int4_wo": ("int4", "bf16")}
+# A row's system (aiconfigurator's b200_sxm, gb200), model path and quantization labels
+# resolve through the catalog: validate/serving_inputs.py.
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 # Step prices shared by the rows of one model, device, format and engine timing (a
 # process's replays price each step shape once; see serving.Server.price_cache).
@@ -77,10 +75,12 @@ class ServingRow:
     load: str = "concurrency"
     request_rate: float = 0.0
     output_tokens_per_s: float = float("nan")  # measured throughput, where the row has it
+    moe_quant: str = ""  # moe_quant_mode ('' follows gemm_quant)
+    kv_quant: str = ""  # kvcache_quant_mode, where the file has one ('' is the checkpoint's)
 
     @property
     def device(self) -> str:
-        return DEVICES.get(self.hardware, self.hardware)
+        return system_sheet(self.hardware) or self.hardware
 
 
 LOADS = ("concurrency", "rate", "mlperf_server", "mlperf_offline", "max_throughput")
@@ -160,7 +160,8 @@ def load_serving(path: str | Path = SERVING_FILE) -> tuple[list[ServingRow], lis
                 r["model_path"], r["system"], r["gemm_quant_mode"], r["mode"], int(r["isl"]),
                 int(r["osl"]), concurrency, pools, _ms(r.get("silicon_ttft_ms")),
                 _ms(r.get("silicon_tpot_ms")), line, load, rate,
-                float(r.get("output_tokens_per_s") or "nan")))
+                float(r.get("output_tokens_per_s") or "nan"),
+                moe_quant=r.get("moe_quant_mode") or "", kv_quant=r.get("kvcache_quant_mode") or ""))
         except (KeyError, TypeError, ValueError) as err:
             problems.append(Problem(line, r.get("id", ""), f"cannot read the row ({err})"))
     return rows, problems
@@ -169,31 +170,27 @@ def load_serving(path: str | Path = SERVING_FILE) -> tuple[list[ServingRow], lis
 def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa: ANN001, ANN201
     """The simulated server a row describes, with the engine's preset (``host`` replaces
     its fitted host time; ``efficiency`` is unused by the simulator and kept at 1)."""
-    from phasewise.catalog import load_hardware
     from phasewise.serving import Pool as SimPool
     from phasewise.serving import Server
     from phasewise.serving.layouts import engine_layout
-    from phasewise.specs import Precision
-    from phasewise.validate.scenario import resolve_model
+    from phasewise.validate.serving_inputs import row_device, row_model, row_precision
 
-    if row.gemm_quant not in FORMATS:
-        raise InputError(f"format '{row.gemm_quant}' is not mapped")
-    model = resolve_model(row.model)
-    device = load_hardware(row.device)
-    weights, acts = FORMATS[row.gemm_quant]
+    model = row_model(row.model)
+    device = row_device(row.hardware)
+    precision = row_precision(row.gemm_quant, row.moe_quant, row.kv_quant, device, model, row.engine)
     pars = [engine_layout(tp=p.tp, attention_dp=p.attention_dp, moe_tp=p.moe_tp,
                           moe_ep=p.moe_ep, is_moe=model.is_moe) for p in row.pools]
     preset = _preset(row, device, pars[-1])
     if host is not None:
         preset = replace(preset, host=replace(host, overlap=preset.host.overlap))
     pools = [SimPool(row.device, par, p.workers) for par, p in zip(pars, row.pools, strict=False)]
-    prices = _PRICES.setdefault((row.model, row.device, row.gemm_quant, preset.cost_engine,
+    prices = _PRICES.setdefault((row.model, row.device, precision, preset.cost_engine,
                                  preset.cuda_graph_sizes, preset.host), {})
     decode_batch = row.pools[-1].batch
     seqs = min(preset.max_num_seqs, decode_batch) if decode_batch else preset.max_num_seqs
     scheduler = "disaggregated" if row.mode == "disagg" else preset.scheduler
     return Server(model=model, pool=pools[0], decode_pool=pools[1] if len(pools) > 1 else None,
-                  precision=Precision(weights, acts), scheduler=scheduler,
+                  precision=precision, scheduler=scheduler,
                   max_seqs=max(seqs, 1), max_batched_tokens=preset.max_num_batched_tokens or None,
                   preset=preset, price_cache=prices)
 
