@@ -15,7 +15,7 @@ from phasewise.specs.model import Attention, Layer, MoE, uniform_layers
 
 # Model types whose MLP is a plain up/activation/down (no gate projection).
 UNGATED_MLP_TYPES = {"bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "opt", "gpt_bigcode",
-                     "mpt", "starcoder2", "bert"}
+                     "mpt", "starcoder2", "bert", "apertus"}  # ApertusMLP: up, xIELU, down
 # transformers' per-class default for tie_word_embeddings when config.json omits it.
 TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "bloom", "gpt2", "qwen2",
                    "smollm3", "phi"}
@@ -75,7 +75,7 @@ _KEYS = {
                     "model_max_length"),
     "num_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
     "experts_per_token": ("num_experts_per_tok", "moe_topk", "num_experts_per_token",
-                          "top_k_experts"),
+                          "top_k_experts", "moe_k"),
 }
 
 
@@ -101,13 +101,66 @@ def with_class_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**defaults, **cfg} if defaults else cfg
 
 
+# DBRX nests its attention and FFN geometry (transformers DbrxConfig: DbrxAttentionConfig
+# kv_n_heads, rope_theta; DbrxFFNConfig ffn_hidden_size, moe_num_experts, moe_top_k); every
+# layer is a MoE of GLU experts (DbrxExpertGLU: w1, v1, w2) that wide.
+NESTED_KEYS = {
+    "attn_config": {"kv_n_heads": "num_key_value_heads", "rope_theta": "rope_theta"},
+    "ffn_config": {"ffn_hidden_size": "moe_intermediate_size", "moe_num_experts": "num_local_experts",
+                   "moe_top_k": "num_experts_per_tok"},
+}
+# Keys some configs give as one value per layer (Hunyuan-A13B's moe_topk,
+# moe_intermediate_size, num_shared_expert): read as one value when the list repeats it.
+PER_LAYER_LIST_KEYS = ("moe_topk", "moe_intermediate_size", "num_shared_expert",
+                       "num_experts_per_tok", "moe_k", "moe_num_shared_experts")
+# Architectures phasewise reads to a wrong shape if it tried: refused in one line.
+UNSUPPORTED_TYPES = {
+    "longcat_flash": "two attention and two dense MLP blocks per layer beside a shortcut MoE with "
+                     "zero-computation experts",
+    "zamba2": "shared transformer blocks reused across layers with per-use LoRA adapters",
+    "phi4flash": "SambaY decoder (Mamba, sliding-window attention and gated memory units "
+                 "sharing one cache)",
+    "rwkv": "RWKV time-mix and channel-mix blocks", "rwkv7": "RWKV-7 time-mix blocks",
+}
+
+
+def normalise_nested(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    """Lift DBRX's nested blocks to the flat keys and collapse per-layer lists that repeat one
+    value; a per-layer list whose values differ is one clear error, never a silent pick."""
+    cfg = dict(raw)
+    for block, keys in NESTED_KEYS.items():
+        nested = cfg.get(block)
+        if isinstance(nested, dict) and cfg.get("model_type") == "dbrx":
+            cfg.pop(block)
+            for key, flat in keys.items():
+                if nested.get(key) is not None:
+                    cfg.setdefault(flat, nested[key])
+    for key in PER_LAYER_LIST_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, list) and value:
+            if len(set(map(repr, value))) != 1:
+                raise InputError(f"{name}: config.json's {key} differs from layer to layer "
+                                 f"({sorted(set(map(repr, value)))[:4]}); phasewise reads one "
+                                 "value for every layer.")
+            cfg[key] = value[0]
+    return cfg
+
+
+def _normalised(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    return with_class_defaults(normalise_nested(flatten_text_config(raw), name))
+
+
 def model_from_config(raw: dict[str, Any], name: str, *, sidecar: Any = None) -> ModelSpec:
     """Normalise a published config.json (and a ModelOpt ``hf_quant_config.json`` beside it,
     ``sidecar``) into a per-layer ``ModelSpec``. A value of the wrong kind anywhere (a string,
     a list, NaN or infinity where a number goes) is one clear error."""
     if not isinstance(raw, dict):
         raise InputError(f"{name}: config.json must be a JSON object.")
-    _check_declared_sizes(with_class_defaults(flatten_text_config(raw)), name)
+    model_type = str(flatten_text_config(raw).get("model_type", ""))
+    if model_type in UNSUPPORTED_TYPES:
+        raise InputError(f"{name}: model type {model_type!r} is not supported: "
+                         f"{UNSUPPORTED_TYPES[model_type]}; phasewise cannot price it yet.")
+    _check_declared_sizes(_normalised(raw, name), name)
     try:
         return _read(raw, name, sidecar)
     except InputError:
@@ -119,12 +172,14 @@ def model_from_config(raw: dict[str, Any], name: str, *, sidecar: Any = None) ->
 
 
 def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
-    cfg = Config(with_class_defaults(flatten_text_config(raw)))
+    cfg = Config(_normalised(raw, name))
     model_type = str(cfg.get("model_type", ""))
     notes: list[str] = []
     hidden = _first(cfg, "hidden_size")
     layers = _first(cfg, "num_layers") or _pattern_length(cfg)
     heads = _first(cfg, "num_heads")
+    if model_type in hf_layers.PURE_SSM_TYPES:  # no attention: the uniform fields are nominal
+        heads = heads or 1
     vocab = _first(cfg, "vocab_size")
     missing = [f for f, v in (("hidden_size", hidden), ("num_hidden_layers", layers),
                               ("num_attention_heads", heads), ("vocab_size", vocab)) if v is None]
@@ -150,7 +205,8 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
         every_moe = _first(cfg, "num_experts") and not any(
             cfg.get(k) for k in ("first_k_dense_replace", "mlp_only_layers", "moe_layer_freq",
                                  "decoder_sparse_step", "interleave_moe_layer_step"))
-        if model_type not in FOUR_X_MLP_TYPES and not cfg.get("block_configs") and not every_moe:
+        if model_type not in FOUR_X_MLP_TYPES and not cfg.get("block_configs") and not every_moe \
+                and model_type not in hf_layers.PURE_SSM_TYPES:
             notes.append(f"config.json gives no intermediate_size: read as 4 × hidden = "
                          f"{intermediate}.")
     for key, value in (("num_key_value_heads", kv_heads), ("head_dim", head_dim),
@@ -251,7 +307,11 @@ def _per_layer(cfg: Config, name: str, uniform: dict[str, Any]) -> tuple[Layer, 
     if uniform.get("num_experts") and not sparse:
         sparse = (True,) * uniform["num_layers"]
     gated = uniform["gated_mlp"]
-    for reader in (lambda: hf_layers.nemotron_h_layers(cfg, name),
+    for reader in (lambda: hf_layers.mamba_layers(cfg, name),
+                   lambda: hf_layers.granite_hybrid_layers(cfg, name),
+                   lambda: hf_layers.jamba_layers(cfg, name),
+                   lambda: hf_layers.arctic_layers(cfg, name),
+                   lambda: hf_layers.nemotron_h_layers(cfg, name),
                    lambda: hf_layers.nas_layers(cfg, name),
                    lambda: hf_layers.qwen3_next_layers(cfg, name, sparse),
                    lambda: hf_layers.kimi_linear_layers(cfg, name, sparse),
@@ -288,7 +348,8 @@ def _mtp_layers(cfg: Config, model: ModelSpec) -> tuple[Layer, ...]:
 
 
 def model_is_recurrent(layer: Layer) -> bool:
-    return layer.mixer is not None and layer.mixer.label in ("mamba2", "gated_deltanet", "kda")
+    return layer.mixer is not None and layer.mixer.label in ("mamba2", "mamba1", "gated_deltanet",
+                                                             "kda")
 
 
 def _vision_params(raw: dict[str, Any]) -> float:
@@ -387,14 +448,14 @@ def _moe_fields(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
         return {}
     top_k = _first(cfg, "experts_per_token", 0) or 0
     width = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
-    shared_width = cfg.get("shared_expert_intermediate_size") or 0
-    if not shared_width and cfg.get("n_shared_experts"):
-        shared_width = int(cfg["n_shared_experts"]) * int(width)
+    shared_width = hf_layers.shared_expert_width(cfg, int(width))
     first_dense = int(cfg.get("first_k_dense_replace") or 0)
     freq = cfg.get("moe_layer_freq") or 1
     step = int(cfg.get("decoder_sparse_step") or 1)
     dense_only = set(cfg.get("mlp_only_layers") or ())
-    if isinstance(freq, list):  # one flag per layer (MiMo-V2-Flash, MiniMax)
+    if cfg.get("moe_layer_start_index") is not None:
+        sparse = ernie_moe_layers(cfg, layers)
+    elif isinstance(freq, list):  # one flag per layer (MiMo-V2-Flash, MiniMax)
         if len(freq) != layers:
             raise InputError(f"moe_layer_freq lists {len(freq)} layers but the model has "
                              f"{layers}; fix the config.json.")
@@ -406,6 +467,18 @@ def _moe_fields(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
     return {"num_experts": int(experts), "experts_per_token": int(top_k),
             "moe_intermediate_size": int(width), "shared_expert_intermediate_size": int(shared_width),
             "moe_layers": sparse}
+
+
+def ernie_moe_layers(cfg: dict[str, Any], layers: int) -> tuple[bool, ...]:
+    """ERNIE-4.5 (transformers Ernie4_5_MoeDecoderLayer): layer i is a MoE when
+    (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index
+    (an end of -1: the last layer)."""
+    start = int(cfg["moe_layer_start_index"])
+    end = int(cfg.get("moe_layer_end_index") if cfg.get("moe_layer_end_index") is not None
+              else layers - 1)
+    end = layers - 1 if end < 0 else end
+    interval = int(cfg.get("moe_layer_interval") or 1)
+    return tuple((i + 1) % interval == 0 and start <= i <= end for i in range(layers))
 
 
 def _mla_fields(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from phasewise.specs.model import (
     LinearAttention,
     LinearMixer,
     LinearMLP,
+    Mamba1,
     Mamba2,
     MoE,
     ShortConv,
@@ -218,6 +219,8 @@ def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallel
         return _linear_attention(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, Mamba2):
         return _mamba2(model, mixer, shard, par, layers, calls)
+    if isinstance(mixer, Mamba1):
+        return _mamba1(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, ShortConv):
         return _short_conv(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, CrossAttention):
@@ -426,6 +429,30 @@ def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, la
            kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
            activations=(conv_channels + inner) * t * shard.ab * calls),
         _norm("ssm.norm", layers, calls, inner, shard),
+        _gemm("ssm.out", layers, calls, t, h, inner, shard),
+    ]
+
+
+def _mamba1(model: ModelSpec, mixer: Mamba1, shard: _Shard, par: Parallelism, layers: str,
+            calls: int) -> list[Op]:
+    """Mamba: in_proj to (x, z), the conv over x, x_proj to (dt, B, C) and dt_proj back to
+    inner, the selective scan over a fixed state (read and written once per sequence per
+    step), gating by z, out_proj (Gu & Dao 2023, Algorithm 2; transformers' MambaMixer)."""
+    h, t, tp = model.hidden_size, shard.tokens, par.tp
+    inner, rank, state_size = mixer.inner / tp, mixer.dt_rank, mixer.state_size
+    state = state_bytes_per_sequence(mixer, shard.kvb, tp)
+    return [
+        _gemm("ssm.in_proj", layers, calls, t, 2 * inner, h, shard),
+        Op("ssm.conv", "elementwise", layers, calls,
+           CONV_FLOPS_PER_TAP * mixer.conv_kernel * inner * t * calls,
+           weights=inner * (mixer.conv_kernel + 1) * shard.wb * calls,
+           activations=2 * inner * t * shard.ab * calls),
+        _gemm("ssm.x_proj", layers, calls, t, rank + 2 * state_size, inner, shard),
+        _gemm("ssm.dt_proj", layers, calls, t, inner, rank, shard),
+        Op("ssm.scan", "elementwise", layers, calls,
+           SSM_FLOPS_PER_STATE_ELEMENT * inner * state_size * t * calls,
+           kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
+           activations=3 * inner * t * shard.ab * calls),
         _gemm("ssm.out", layers, calls, t, h, inner, shard),
     ]
 

@@ -20,6 +20,7 @@ from phasewise.specs.model import (
     LinearAttention,
     LinearMixer,
     LinearMLP,
+    Mamba1,
     Mamba2,
     Mixer,
     MoE,
@@ -95,6 +96,18 @@ def _(mixer: Mamba2, hidden: int) -> float:
     in_proj = hidden * (2 * mixer.inner + 2 * mixer.groups * mixer.state_size + mixer.heads)
     conv = conv_channels * (mixer.conv_kernel + 1)
     return in_proj + conv + 3 * mixer.heads + mixer.inner + mixer.inner * hidden
+
+
+@mixer_params.register
+def _(mixer: Mamba1, hidden: int) -> float:
+    """Mamba (transformers' MambaMixer / JambaMambaMixer): in_proj h→2·inner (x, z), a
+    depthwise conv with bias over x, x_proj inner→(dt_rank + 2·state) for dt, B and C,
+    dt_proj dt_rank→inner with bias, A_log (inner × state) and D, out_proj inner→h; Jamba's
+    RMSNorms over dt, B and C."""
+    inner, state, rank = mixer.inner, mixer.state_size, mixer.dt_rank
+    norms = rank + 2 * state if mixer.dt_norms else 0
+    return (hidden * 2 * inner + inner * (mixer.conv_kernel + 1) + inner * (rank + 2 * state)
+            + rank * inner + inner + inner * state + inner + inner * hidden + norms)
 
 
 @mixer_params.register
@@ -213,6 +226,14 @@ def _(mixer: Mamba2, state_bytes: float, tp: int = 1) -> float:
     (x, B, C) (Mamba-2 §7: the state is constant in sequence length)."""
     conv_channels = mixer.inner + 2 * mixer.groups * mixer.state_size
     return (mixer.inner * mixer.state_size + (mixer.conv_kernel - 1) * conv_channels) \
+        * state_bytes / tp
+
+
+@state_bytes_per_sequence.register
+def _(mixer: Mamba1, state_bytes: float, tp: int = 1) -> float:
+    """The SSM state, inner × state_size, and the conv's last kernel−1 inputs over inner
+    channels (Mamba §3.3: the recurrent mode's state is constant in sequence length)."""
+    return (mixer.inner * mixer.state_size + (mixer.conv_kernel - 1) * mixer.inner) \
         * state_bytes / tp
 
 

@@ -12,6 +12,7 @@ from phasewise.specs.model import (
                                    LinearAttention,
                                    LinearMixer,
                                    LinearMLP,
+                                   Mamba1,
                                    Mamba2,
                                    Mixer,
                                    ModelSpec,
@@ -22,5 +23,5 @@ from phasewise.specs.workload import Parallelism, Workload
 
 __all__ = ["DEVICE_CLASSES", "FORMATS", "HardwareSpec", "LayerGroup", "Link", "ModelSpec",
            "MLP", "Attention", "CheckpointFormats", "DenseMLP", "LatentAttention", "Layer",
-           "LinearAttention", "LinearMixer", "LinearMLP", "Mamba2", "Mixer", "MoE",
+           "LinearAttention", "LinearMixer", "LinearMLP", "Mamba1", "Mamba2", "Mixer", "MoE",
            "NumberFormat", "Parallelism", "Precision", "Price", "Workload", "number_format"]

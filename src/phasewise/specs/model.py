@@ -111,6 +111,23 @@ class Mamba2:
 
 
 @dataclass(frozen=True, slots=True)
+class Mamba1:
+    """A Mamba (selective SSM, Gu & Dao 2023) mixer: ``inner`` channels, a state of
+    ``state_size`` per channel, a causal convolution of ``conv_kernel`` taps and a low-rank
+    time step of ``dt_rank``; ``dt_norms``: RMSNorms over dt, B and C (Jamba's mixer)."""
+
+    inner: int
+    state_size: int
+    conv_kernel: int
+    dt_rank: int
+    dt_norms: bool = False
+
+    @property
+    def label(self) -> str:
+        return "mamba1"
+
+
+@dataclass(frozen=True, slots=True)
 class ShortConv:
     """LFM2's gated short convolution: in_proj to (B, C, x) of ``width`` each, a depthwise
     causal conv of ``kernel`` taps over B·x, C gating, out_proj; a state of kernel−1 inputs."""
@@ -147,8 +164,8 @@ class LinearMixer:
         return "linear"
 
 
-Mixer = (Attention | LatentAttention | LinearAttention | Mamba2 | ShortConv | CrossAttention
-         | LinearMixer)
+Mixer = (Attention | LatentAttention | LinearAttention | Mamba2 | Mamba1 | ShortConv
+         | CrossAttention | LinearMixer)
 
 
 # ---- MLPs ---------------------------------------------------------------------------------
@@ -354,7 +371,8 @@ class ModelSpec:
     @property
     def is_hybrid(self) -> bool:
         """Some layers hold a fixed recurrent state instead of a KV cache."""
-        return any(isinstance(m, LinearAttention | Mamba2 | ShortConv) for m in self.mixers)
+        return any(isinstance(m, LinearAttention | Mamba2 | Mamba1 | ShortConv)
+                   for m in self.mixers)
 
     @property
     def is_sliding_any(self) -> bool:
