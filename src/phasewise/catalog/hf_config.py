@@ -18,13 +18,14 @@ UNGATED_MLP_TYPES = {"bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "opt"
                      "mpt", "starcoder2", "bert", "apertus"}  # ApertusMLP: up, xIELU, down
 # transformers' per-class default for tie_word_embeddings when config.json omits it.
 TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "bloom", "gpt2", "qwen2",
-                   "smollm3", "phi"}
+                   "smollm3", "phi", "starcoder2", "cohere", "cohere2"}
 UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
                      "deepseek_v2", "deepseek_v3", "deepseek_v32", "phi3", "gpt_oss", "falcon",
                      "nemotron_h", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                      "qwen3_5_moe_text", "llama4", "llama4_text", "glm4_moe", "minimax_m2",
                      "kimi_k2", "kimi_linear", "nemotron-nas", "deci", "mimo_v2_flash",
-                     "bailing_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1", "step3_text"}
+                     "bailing_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1", "step3_text",
+                     "dbrx", "jamba", "olmoe", "olmo2", "phimoe"}
 # Keys that change the arithmetic and that no reader here handles: named in a warning.
 ARITHMETIC_KEY = re.compile(r"layer|expert|moe|window|chunk|lora|ssm|mamba|linear|mtp|nextn|"
                             r"index|latent|head_dim|heads|kv_|sparse|attn|pattern|block|ffn|"
@@ -51,6 +52,13 @@ HARMLESS_KEYS = {
     "pruned_heads", "ignore_index", "use_unified_vision_chunk", "num_kv_shared_layers",
     "hidden_size_per_layer_input", "use_double_wide_mlp", "torch_dtype", "dtype",
     "hc_eps", "hc_sinkhorn_iters", "mamba_ssm_dtype", "num_beam_groups",
+    # Scalings, training-only and placement keys of the families read here: no shapes.
+    "parallel_attn", "moe_train_capacity_factor", "moe_capacity", "moe_gate", "downsample_ratio",
+    "vision_feature_layer", "order_of_interleaved_layers", "no_rope_layers",
+    "no_rope_layer_interval", "layernorm_full_attention_beta", "layernorm_linear_attention_beta",
+    "ssm_in_multiplier", "ssm_out_multiplier", "ssm_multipliers", "mamba_rms_norm",
+    "mamba_norm_before_gate", "attention_in_multiplier", "attention_out_multiplier",
+    "mlp_multipliers", "key_multiplier", "projectors_bias", "mamba_expand",
 }
 TOKEN_KEY = re.compile(r"token_(index|id)s?$|_token$")
 
@@ -195,10 +203,13 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
         kv_heads = 1  # transformers' FalconAttention ignores num_kv_heads here (Falcon-7B)
     if kv_heads is None:
         kv_heads = 1 if cfg.get("multi_query") else heads
-        if model_type not in KNOWN_MHA_TYPES:
+        if model_type not in KNOWN_MHA_TYPES | hf_layers.PURE_SSM_TYPES:
             notes.append(f"config.json gives no num_key_value_heads: read as {heads} (one KV "
                          "head per attention head, multi-head attention).")
     head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or int(hidden) // int(heads)
+    if cfg.get("attention_head_dim") not in (None, head_dim):
+        notes.append(f"config.json gives head_dim {head_dim} and attention_head_dim "
+                     f"{cfg['attention_head_dim']}: read as {head_dim}.")
     intermediate = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner")
     if intermediate is None:
         intermediate = 4 * int(hidden)
@@ -311,6 +322,8 @@ def _per_layer(cfg: Config, name: str, uniform: dict[str, Any]) -> tuple[Layer, 
                    lambda: hf_layers.granite_hybrid_layers(cfg, name),
                    lambda: hf_layers.jamba_layers(cfg, name),
                    lambda: hf_layers.arctic_layers(cfg, name),
+                   lambda: hf_layers.falcon_h1_layers(cfg, name),
+                   lambda: hf_layers.minimax_layers(cfg, name),
                    lambda: hf_layers.nemotron_h_layers(cfg, name),
                    lambda: hf_layers.nas_layers(cfg, name),
                    lambda: hf_layers.qwen3_next_layers(cfg, name, sparse),

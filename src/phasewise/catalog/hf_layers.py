@@ -32,6 +32,7 @@ from phasewise.specs.model import (
     Mamba2,
     Mixer,
     MoE,
+    ParallelMixers,
     ShortConv,
 )
 
@@ -472,3 +473,49 @@ def arctic_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     full = attention(cfg, name)
     return tuple(Layer(full, beside if (i + 1) % freq == 0 else dense)
                  for i in range(cfg.num_layers))
+
+
+def falcon_h1_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Falcon-H1 (transformers' FalconH1DecoderLayer): attention and a Mamba-2 mixer read the
+    same normed input and add their outputs, then a gated MLP. The Mamba-2 mixer has
+    mamba_n_heads × mamba_d_head channels (mamba_d_ssm when given); ``attn_layer_indices``,
+    when set, lists the layers that have attention at all."""
+    if cfg.get("model_type") != "falcon_h1":
+        return None
+    hidden = whole(cfg, "hidden_size", name=name)
+    heads = whole(cfg, "mamba_n_heads", name=name)
+    inner = cfg.get("mamba_d_ssm") or (cfg.get("mamba_d_head") or 0) * heads \
+        or int((cfg.get("mamba_expand") or 2) * hidden)
+    mamba = Mamba2(heads, int(inner) // heads, whole(cfg, "mamba_d_state", name=name),
+                   whole(cfg, "mamba_n_groups", 1, name=name), whole(cfg, "mamba_d_conv", 4, name=name))
+    listed = cfg.get("attn_layer_indices")
+    with_attention = set(range(cfg.num_layers)) if not isinstance(listed, list) \
+        else {int(i) for i in listed}
+    both = ParallelMixers((attention(cfg, name), mamba))
+    mlp = DenseMLP(whole(cfg, "intermediate_size", name=name)) \
+        if cfg.get("mamba_use_mlp", True) else None
+    return tuple(Layer(both if i in with_attention else mamba, mlp) for i in range(cfg.num_layers))
+
+
+MINIMAX_TYPES = {"minimax", "minimax_m1", "minimax_text_01"}
+
+
+def minimax_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """MiniMax-Text-01 / M1: lightning (linear) attention layers and softmax layers as
+    ``attn_type_list`` gives them (0 lightning, 1 softmax) or ``layer_types``
+    ("linear_attention", "full_attention"), every layer a MoE."""
+    if cfg.get("model_type") not in MINIMAX_TYPES:
+        return None
+    listed = cfg.get("attn_type_list")
+    types = cfg.get("layer_types")
+    if isinstance(listed, list):
+        linear = [int(k) == 0 for k in listed]
+    elif isinstance(types, list):
+        linear = ["linear" in str(k) for k in types]
+    else:
+        return None
+    full = attention(cfg, name)
+    lightning = LinearAttention(full.heads, full.heads, full.head_dim, full.head_dim, 0,
+                                "lightning")
+    experts = moe(cfg, name, is_gated=True)
+    return tuple(Layer(lightning if is_linear else full, experts) for is_linear in linear)

@@ -38,6 +38,7 @@ from phasewise.specs.model import (
     Mamba1,
     Mamba2,
     MoE,
+    ParallelMixers,
     ShortConv,
 )
 
@@ -58,6 +59,9 @@ KV_CONVERT_FLOPS_PER_ELEMENT = 2
 # recurrence (Dao & Gu 2024, §3): decay (1), B·x (2), C·h (2). The conv costs 2 per tap.
 DELTA_RULE_FLOPS_PER_STATE_ELEMENT = 7
 SSM_FLOPS_PER_STATE_ELEMENT = 5
+# Lightning attention's recurrence per state element and token: decay and add kᵀv (3) and
+# the readout q·S (2), MiniMax-01 report §2.2.
+LIGHTNING_FLOPS_PER_STATE_ELEMENT = 5
 CONV_FLOPS_PER_TAP = 2
 
 
@@ -221,6 +225,9 @@ def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallel
         return _mamba2(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, Mamba1):
         return _mamba1(model, mixer, shard, par, layers, calls)
+    if isinstance(mixer, ParallelMixers):  # each part on the same input, outputs summed
+        return [op for part in mixer.parts
+                for op in _mixer_ops(model, part, step, shard, par, layers, calls)]
     if isinstance(mixer, ShortConv):
         return _short_conv(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, CrossAttention):
@@ -388,6 +395,8 @@ def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
     dk, dv = mixer.key_head_dim, mixer.value_head_dim
     conv_channels = 2 * nk * dk + nv * dv
     state = state_bytes_per_sequence(mixer, shard.kvb, tp)
+    if mixer.variant == "lightning":
+        return _lightning(model, mixer, shard, par, layers, calls)
     if mixer.variant == "kda":
         projections = [
             _gemm("linear_attn.in_proj", layers, calls, t, conv_channels + 2 * dv + nv, h, shard),
@@ -404,6 +413,25 @@ def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
            DELTA_RULE_FLOPS_PER_STATE_ELEMENT * nv * dk * dv * t * calls,
            kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
            activations=(conv_channels + nv * dv) * t * shard.ab * calls),
+        _norm("linear_attn.norm", layers, calls, nv * dv, shard),
+        _gemm("linear_attn.out", layers, calls, t, h, nv * dv, shard),
+    ]
+
+
+def _lightning(model: ModelSpec, mixer: LinearAttention, shard: _Shard, par: Parallelism,
+               layers: str, calls: int) -> list[Op]:
+    """MiniMax lightning attention in its recurrent form (MiniMax-01 report §2.2): qkv and
+    output-gate projections, per head the decayed state update S ← λS + kᵀv and readout qS
+    over a d × d state (read and written once per sequence per step), a norm, out_proj."""
+    h, t, tp = model.hidden_size, shard.tokens, par.tp
+    nv, dk, dv = mixer.value_heads / tp, mixer.key_head_dim, mixer.value_head_dim
+    state = state_bytes_per_sequence(mixer, shard.kvb, tp)
+    return [
+        _gemm("linear_attn.in_proj", layers, calls, t, 4 * nv * dv, h, shard),
+        Op("linear_attn.recurrence", "elementwise", layers, calls,
+           LIGHTNING_FLOPS_PER_STATE_ELEMENT * nv * dk * dv * t * calls,
+           kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
+           activations=4 * nv * dv * t * shard.ab * calls),
         _norm("linear_attn.norm", layers, calls, nv * dv, shard),
         _gemm("linear_attn.out", layers, calls, t, h, nv * dv, shard),
     ]

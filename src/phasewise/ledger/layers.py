@@ -24,6 +24,7 @@ from phasewise.specs.model import (
     Mamba2,
     Mixer,
     MoE,
+    ParallelMixers,
     ShortConv,
 )
 
@@ -78,6 +79,8 @@ def _(mixer: LinearAttention, hidden: int) -> float:
     (g_a, g_b) projections of rank = head dim, b_proj (β per head), convs, A_log per head,
     dt_bias per key channel, norm and o_proj."""
     nk, nv, dk, dv = mixer.key_heads, mixer.value_heads, mixer.key_head_dim, mixer.value_head_dim
+    if mixer.variant == "lightning":
+        return lightning_params(mixer, hidden)
     conv_channels = 2 * nk * dk + nv * dv
     if mixer.variant == "kda":
         low_rank = 2 * hidden * dv + dv * nk * dk + dv * nv * dv  # f_a/f_b, g_a/g_b
@@ -85,6 +88,19 @@ def _(mixer: LinearAttention, hidden: int) -> float:
                 + nv + nk * dk + dv + nv * dv * hidden)
     projections = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv
     return (projections + conv_channels * mixer.conv_kernel + 2 * nv + dv + nv * dv * hidden)
+
+
+def lightning_params(mixer: LinearAttention, hidden: int) -> float:
+    """MiniMax lightning attention (MiniMax-01 report §2.2; vLLM's MiniMaxText01LinearAttention):
+    qkv_proj h→3·heads·d, an output gate h→heads·d, an RMSNorm over heads·d, out_proj
+    heads·d→h; no convolution."""
+    width = mixer.value_heads * mixer.value_head_dim
+    return hidden * 3 * width + hidden * width + width + width * hidden
+
+
+@mixer_params.register
+def _(mixer: ParallelMixers, hidden: int) -> float:
+    return sum(mixer_params(part, hidden) for part in mixer.parts)
 
 
 @mixer_params.register
@@ -202,6 +218,11 @@ def _(mixer: LatentAttention, kv_bytes: float, tp: int = 1) -> float:
                      + blocks * INDEXER_SCALE_BYTES_PER_BLOCK)
 
 
+@kv_bytes_per_token.register
+def _(mixer: ParallelMixers, kv_bytes: float, tp: int = 1) -> float:
+    return sum(kv_bytes_per_token(part, kv_bytes, tp) for part in mixer.parts)
+
+
 @singledispatch
 def state_bytes_per_sequence(mixer: Mixer | None, state_bytes: float, tp: int = 1) -> float:
     """Fixed recurrent state one sequence holds in one layer, on one device: it does not grow
@@ -214,6 +235,8 @@ def _(mixer: LinearAttention, state_bytes: float, tp: int = 1) -> float:
     """The delta-rule state, value_heads × d_k × d_v, and the conv's last kernel−1 inputs
     over q, k and v; heads split tp ways."""
     nv = mixer.value_heads / tp
+    if mixer.variant == "lightning":  # the kv state per head, d × d; no convolution
+        return nv * mixer.key_head_dim * mixer.value_head_dim * state_bytes
     conv_channels = (2 * mixer.key_heads * mixer.key_head_dim
                      + mixer.value_heads * mixer.value_head_dim) / tp
     return (nv * mixer.key_head_dim * mixer.value_head_dim
@@ -238,6 +261,11 @@ def _(mixer: Mamba1, state_bytes: float, tp: int = 1) -> float:
 
 
 @state_bytes_per_sequence.register
+def _(mixer: ParallelMixers, state_bytes: float, tp: int = 1) -> float:
+    return sum(state_bytes_per_sequence(part, state_bytes, tp) for part in mixer.parts)
+
+
+@state_bytes_per_sequence.register
 def _(mixer: ShortConv, state_bytes: float, tp: int = 1) -> float:
     """The conv's last kernel−1 inputs, width channels (vLLM's ShortConv state)."""
     return (mixer.kernel - 1) * mixer.width * state_bytes / tp
@@ -246,6 +274,9 @@ def _(mixer: ShortConv, state_bytes: float, tp: int = 1) -> float:
 def held_tokens(mixer: Mixer | None, context_tokens: int) -> int:
     """Cached tokens a layer keeps for a sequence of ``context_tokens``: a sliding window
     keeps at most its window, chunked attention its current chunk, the rest everything."""
+    if isinstance(mixer, ParallelMixers):  # the parts with a KV cache (Falcon-H1: one)
+        return max((held_tokens(part, context_tokens) for part in mixer.parts
+                    if isinstance(part, Attention)), default=context_tokens)
     if isinstance(mixer, Attention):
         if mixer.window:
             return min(context_tokens, mixer.window)

@@ -17,11 +17,13 @@ from phasewise.specs.model import (
                                    Mixer,
                                    ModelSpec,
                                    MoE,
+                                   ParallelMixers,
 )
 from phasewise.specs.precision import FORMATS, NumberFormat, Precision, number_format
 from phasewise.specs.workload import Parallelism, Workload
 
 __all__ = ["DEVICE_CLASSES", "FORMATS", "HardwareSpec", "LayerGroup", "Link", "ModelSpec",
            "MLP", "Attention", "CheckpointFormats", "DenseMLP", "LatentAttention", "Layer",
-           "LinearAttention", "LinearMixer", "LinearMLP", "Mamba1", "Mamba2", "Mixer", "MoE",
+           "LinearAttention", "LinearMixer", "LinearMLP", "Mamba1", "Mamba2", "Mixer",
+           "ParallelMixers", "MoE",
            "NumberFormat", "Parallelism", "Precision", "Price", "Workload", "number_format"]

@@ -164,8 +164,20 @@ class LinearMixer:
         return "linear"
 
 
+@dataclass(frozen=True, slots=True)
+class ParallelMixers:
+    """Token mixers that read the same normed input side by side and add their outputs
+    (Falcon-H1: attention and Mamba-2 in every layer); each part keeps its own cache."""
+
+    parts: tuple[Attention | Mamba2, ...]
+
+    @property
+    def label(self) -> str:
+        return "+".join(part.label for part in self.parts)
+
+
 Mixer = (Attention | LatentAttention | LinearAttention | Mamba2 | Mamba1 | ShortConv
-         | CrossAttention | LinearMixer)
+         | CrossAttention | LinearMixer | ParallelMixers)
 
 
 # ---- MLPs ---------------------------------------------------------------------------------
@@ -357,8 +369,15 @@ class ModelSpec:
 
     @property
     def mixers(self) -> tuple[Mixer, ...]:
-        """The distinct token mixers, one per layer group."""
-        return tuple(g.layer.mixer for g in self._groups if g.layer.mixer is not None)
+        """The distinct token mixers, one per layer group, parallel parts each on its own."""
+        mixers: list[Mixer] = []
+        for group in self._groups:
+            mixer = group.layer.mixer
+            if isinstance(mixer, ParallelMixers):
+                mixers += mixer.parts
+            elif mixer is not None:
+                mixers.append(mixer)
+        return tuple(mixers)
 
     @property
     def is_moe(self) -> bool:
@@ -423,6 +442,12 @@ def _group(layers: tuple[Layer, ...]) -> tuple[LayerGroup, ...]:
 
 def _check_layer(name: str, layer: Layer) -> None:
     """Every width of a layer is a positive whole number; heads divide as attention needs."""
+    if isinstance(layer.mixer, ParallelMixers):
+        if not layer.mixer.parts:
+            raise InputError(f"model '{name}': a parallel mixer needs at least one part.")
+        for part in layer.mixer.parts:
+            _check_layer(name, Layer(part, layer.mlp))
+        return
     for part in (layer.mixer, layer.mlp):
         if part is None:
             continue
