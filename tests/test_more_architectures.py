@@ -199,3 +199,35 @@ def test_published_config_matches_its_model_card(name):
     limit = max(0.03 * card, 0.1e9 if entry["card_basis"] == "name" else 0.0)
     assert abs(counts.total - card) <= limit
     assert counts.kv_bytes_per_token == entry["kv_bytes_per_token"]
+
+
+def test_a_low_rank_query_counts_its_down_norm_and_up_projections():
+    cfg = {**BASE, "model_type": "step3_text", "num_hidden_layers": 1, "share_q_dim": 32,
+           "num_attention_groups": 1, "num_key_value_heads": None}
+    model = model_from_config(cfg, "step3")
+    q = H * 32 + 32 + 32 * 4 * 64  # q_proj, inter_norm, wq
+    kv_o = H * 2 * 64 + 4 * 64 * H  # one KV group; o_proj
+    assert param_counts(model).total == EMBEDDING + q + kv_o + GATED_MLP_PARAMS + 2 * H + H
+    names = [op.name for op in build_ledger(model, Step.decode(1, 100)).ops]
+    assert "attn.q_up" in names
+
+
+def test_chatglm_keys_give_kv_groups_head_size_and_ffn_width():
+    cfg = {"model_type": "chatglm", "num_layers": 2, "hidden_size": H, "num_attention_heads": 4,
+           "kv_channels": 64, "multi_query_attention": True, "multi_query_group_num": 1,
+           "ffn_hidden_size": 512, "padded_vocab_size": 1000, "tie_word_embeddings": False}
+    counts = param_counts(model_from_config(cfg, "chatglm"), kv_bytes=2)
+    assert counts.kv_bytes_per_token == 2 * 2 * 1 * 64 * 2
+    attention = H * (4 * 64 + 2 * 64) + 4 * 64 * H
+    assert counts.total == 2 * EMBEDDING + 2 * (attention + GATED_MLP_PARAMS + 2 * H) + H
+
+
+def test_qwen2_vl_vision_tower_reads_embed_dim_as_its_width():
+    cfg = {**BASE, "model_type": "qwen2_vl", "num_hidden_layers": 1,
+           "vision_config": {"depth": 2, "embed_dim": 64, "hidden_size": H, "mlp_ratio": 4,
+                             "spatial_merge_size": 2, "spatial_patch_size": 14,
+                             "temporal_patch_size": 2, "in_chans": 3}}
+    blocks = 2 * (4 * 64 * 64 + 2 * 64 * 256)  # attention and a GELU MLP of 4 × 64
+    patch = 14 * 14 * 3 * 2 * 64
+    merger = (4 * 64) ** 2 + 4 * 64 * H  # 2×2 patches concatenated, square layer, out to H
+    assert model_from_config(cfg, "qwen2-vl").vision_params == blocks + patch + merger

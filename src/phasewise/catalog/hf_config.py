@@ -83,7 +83,7 @@ _KEYS = {
                     "model_max_length"),
     "num_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
     "experts_per_token": ("num_experts_per_tok", "moe_topk", "num_experts_per_token",
-                          "top_k_experts", "moe_k"),
+                          "top_k_experts", "moe_k", "moe_top_k"),
 }
 
 
@@ -197,7 +197,10 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
     for key, value in (("hidden_size", hidden), ("num_hidden_layers", layers),
                        ("num_attention_heads", heads), ("vocab_size", vocab)):
         _check_whole(name, key, value)
-    kv_heads = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads")
+    # ChatGLM's multi_query_group_num and Step-3's num_attention_groups are KV head counts.
+    kv_heads = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads") \
+        or cfg.get("num_attention_groups") \
+        or (cfg.get("multi_query_group_num") if cfg.get("multi_query_attention") else None)
     if model_type == "falcon" and cfg.get("multi_query") \
             and not cfg.get("new_decoder_architecture"):
         kv_heads = 1  # transformers' FalconAttention ignores num_kv_heads here (Falcon-7B)
@@ -206,11 +209,13 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
         if model_type not in KNOWN_MHA_TYPES | hf_layers.PURE_SSM_TYPES:
             notes.append(f"config.json gives no num_key_value_heads: read as {heads} (one KV "
                          "head per attention head, multi-head attention).")
-    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or int(hidden) // int(heads)
+    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or cfg.get("kv_channels") \
+        or int(hidden) // int(heads)
     if cfg.get("attention_head_dim") not in (None, head_dim):
         notes.append(f"config.json gives head_dim {head_dim} and attention_head_dim "
                      f"{cfg['attention_head_dim']}: read as {head_dim}.")
-    intermediate = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner")
+    intermediate = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner") \
+        or cfg.get("ffn_hidden_size")
     if intermediate is None:
         intermediate = 4 * int(hidden)
         every_moe = _first(cfg, "num_experts") and not any(
@@ -241,6 +246,8 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
     if not cfg.get("hidden_size_per_layer_input"):  # no per-layer embeddings (Gemma-3n has them)
         cfg.read.add("vocab_size_per_layer_input")
     layer_specs = _per_layer(cfg, name, uniform)
+    if cfg.get("share_q_dim") and not layer_specs:
+        layer_specs = hf_layers.low_rank_query_layers(ModelSpec(**uniform), cfg, name)
     if layer_specs and len(layer_specs) != int(layers):
         raise InputError(f"{name}: the config describes {len(layer_specs)} layers but "
                          f"num_hidden_layers is {layers}.")
@@ -251,6 +258,7 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
     notes += quant_notes
     mtp = _mtp_layers(cfg, probe)
     notes += _unread_keys(cfg)
+
     return ModelSpec(**uniform, layer_specs=layer_specs, mtp_layers=mtp,
                      vision_params=_vision_params(raw), checkpoint=quant, notes=tuple(notes))
 
@@ -373,19 +381,23 @@ def _vision_params(raw: dict[str, Any]) -> float:
     vision = raw.get("vision_config")
     if not isinstance(vision, dict):
         return 0.0
-    d = vision.get("hidden_size") or vision.get("embed_dim") or vision.get("width")
+    # Qwen2-VL names the ViT width embed_dim and the merger's output hidden_size.
+    d = vision.get("embed_dim") or vision.get("hidden_size") or vision.get("width")
     depth = vision.get("num_hidden_layers") or vision.get("depth") or vision.get("layers")
     if not isinstance(d, int) or not isinstance(depth, int) or d <= 0 or depth <= 0:
         return 0.0
-    width = vision.get("intermediate_size") or vision.get("mlp_dim") or 4 * d
+    width = vision.get("intermediate_size") or vision.get("mlp_dim") \
+        or int((vision.get("mlp_ratio") or 4) * d)
     mats = 3 if str(vision.get("hidden_act", "")).startswith(("silu", "swiglu")) else 2
     patch = int(vision.get("patch_size") or 14)
     channels = int(vision.get("num_channels") or vision.get("in_channels") or 3)
     temporal = int(vision.get("temporal_patch_size") or 1)
     merger = 0
-    if vision.get("out_hidden_size") and vision.get("spatial_merge_size"):
+    out = vision.get("out_hidden_size") or (vision.get("hidden_size") if vision.get("embed_dim")
+                                            else None)
+    if out and vision.get("spatial_merge_size"):
         merged = d * int(vision["spatial_merge_size"]) ** 2
-        merger = merged * merged + merged * int(vision["out_hidden_size"])
+        merger = merged * merged + merged * int(out)
     return float(depth * (4 * d * d + mats * d * int(width))
                  + patch * patch * channels * temporal * d + merger)
 
@@ -468,6 +480,9 @@ def _moe_fields(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
     dense_only = set(cfg.get("mlp_only_layers") or ())
     if cfg.get("moe_layer_start_index") is not None:
         sparse = ernie_moe_layers(cfg, layers)
+    elif isinstance(cfg.get("moe_layers_enum"), str):  # Step-3: "4,5,…,59"
+        listed = {int(i) for i in cfg["moe_layers_enum"].split(",") if i.strip()}
+        sparse = tuple(i in listed for i in range(layers))
     elif isinstance(freq, list):  # one flag per layer (MiMo-V2-Flash, MiniMax)
         if len(freq) != layers:
             raise InputError(f"moe_layer_freq lists {len(freq)} layers but the model has "

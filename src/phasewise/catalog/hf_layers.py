@@ -128,12 +128,13 @@ def moe(cfg: Config, name: str, *, is_gated: bool) -> MoE:
 def shared_expert_width(cfg: dict[str, Any], width: int) -> int:
     """The shared experts' width in all, under each family's keys: one width
     (``shared_expert_intermediate_size``), a count of expert-wide shared experts
+    (``share_expert_dim`` in Step-3), a count of expert-wide shared experts
     (DeepSeek ``n_shared_experts``, ERNIE-4.5 ``moe_num_shared_experts``, Ling
     ``num_shared_experts``), or Hunyuan's ``num_shared_expert`` MLPs of ``intermediate_size``
     when ``use_mixed_mlp_moe`` (HunYuanMoEV1's shared_mlp is intermediate_size ×
     num_shared_expert wide)."""
     shared = cfg.get("moe_shared_expert_intermediate_size") \
-        or cfg.get("shared_expert_intermediate_size") or 0
+        or cfg.get("shared_expert_intermediate_size") or cfg.get("share_expert_dim") or 0
     if shared:
         return int(shared)
     for key in ("n_shared_experts", "moe_num_shared_experts", "num_shared_experts"):
@@ -519,3 +520,15 @@ def minimax_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
                                 "lightning")
     experts = moe(cfg, name, is_gated=True)
     return tuple(Layer(lightning if is_linear else full, experts) for is_linear in linear)
+
+
+def low_rank_query_layers(uniform: Any, cfg: Config, name: str) -> tuple[Layer, ...]:
+    """Step-3's multi-matrix factorisation attention: every attention layer's query goes
+    through a rank of ``share_q_dim`` (transformers/vLLM Step3TextAttention)."""
+    from dataclasses import replace
+
+    from phasewise.specs.model import uniform_layers
+
+    rank = whole(cfg, "share_q_dim", name=name)
+    return tuple(Layer(replace(layer.mixer, q_rank=rank) if isinstance(layer.mixer, Attention)
+                       else layer.mixer, layer.mlp) for layer in uniform_layers(uniform))

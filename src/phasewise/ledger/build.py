@@ -247,8 +247,13 @@ def _attention(model: ModelSpec, mixer: Attention, step: Step, shard: _Shard, pa
     h, tp = model.hidden_size, par.tp
     heads, kv_heads = mixer.heads / tp, max(1.0, mixer.kv_heads / tp)
     q_width = heads * mixer.head_dim * (2 if mixer.gated else 1)
-    qkv_width = q_width + kv_heads * (mixer.head_dim + mixer.v_dim)
-    ops = [_gemm("attn.qkv", layers, calls, shard.tokens, qkv_width, h, shard)]
+    kv_width = kv_heads * (mixer.head_dim + mixer.v_dim)
+    if mixer.q_rank:  # down to the query rank beside K and V (replicated), norm, then up
+        ops = [_gemm("attn.qkv", layers, calls, shard.tokens, mixer.q_rank + kv_width, h, shard),
+               _norm("attn.q_norm", layers, calls, mixer.q_rank, shard),
+               _gemm("attn.q_up", layers, calls, shard.tokens, q_width, mixer.q_rank, shard)]
+    else:
+        ops = [_gemm("attn.qkv", layers, calls, shard.tokens, q_width + kv_width, h, shard)]
     ops.append(_attention_core(mixer, step, shard, layers, calls, par.attention_dp, tp))
     if shard.kv_convert:
         ops.append(_kv_convert(ops[-1], shard, layers, calls))

@@ -45,10 +45,14 @@ def mixer_params(mixer: Mixer, hidden: int) -> float:
 
 @mixer_params.register
 def _(mixer: Attention, hidden: int) -> float:
-    """Q (doubled by an output gate), K, V and O projections."""
+    """Q (doubled by an output gate), K, V and O projections; a low-rank query as its down
+    projection, norm and up projection (Step-3's Step3vAttention: q_proj, inter_norm, wq)."""
     q = mixer.heads * mixer.head_dim * (2 if mixer.gated else 1)
     kv = mixer.kv_heads * (mixer.head_dim + mixer.v_dim)
-    return hidden * (q + kv) + mixer.heads * mixer.v_dim * hidden
+    out = mixer.heads * mixer.v_dim * hidden
+    if mixer.q_rank:
+        return hidden * (mixer.q_rank + kv) + mixer.q_rank + mixer.q_rank * q + out
+    return hidden * (q + kv) + out
 
 
 @mixer_params.register

@@ -266,6 +266,8 @@ def _unbuildable(mixer: layers.Mixer | None) -> str:
     """Why a mixer's geometry has no reference form, or ''."""
     if isinstance(mixer, layers.LinearAttention) and mixer.variant == "lightning":
         return "lightning attention has no reference module"
+    if isinstance(mixer, layers.Attention) and mixer.q_rank:
+        return "a low-rank query (q_rank) has no reference module"
     sizes = {layers.Mamba2: ("heads", "head_dim", "state_size", "groups", "conv_kernel"),
              layers.LinearAttention: ("key_heads", "value_heads", "key_head_dim",
                                       "value_head_dim", "conv_kernel"),

@@ -25,7 +25,9 @@ class Attention:
     """Softmax attention over a KV cache of ``kv_heads`` × (``head_dim`` keys, ``v_dim``
     values) per token. ``window``: a sliding window; ``chunk``: chunked local attention
     (Llama-4: a query sees the keys of its own chunk); ``gated``: an output gate projected
-    beside the query (Qwen3-Next), which doubles the query projection."""
+    beside the query (Qwen3-Next), which doubles the query projection; ``q_rank``: a
+    low-rank query, hidden → q_rank, a norm, then q_rank → heads·head_dim (Step-3's
+    multi-matrix factorisation attention, ``share_q_dim``)."""
 
     heads: int
     kv_heads: int
@@ -34,6 +36,7 @@ class Attention:
     window: int | None = None
     chunk: int | None = None
     gated: bool = False
+    q_rank: int = 0
 
     @property
     def v_dim(self) -> int:
