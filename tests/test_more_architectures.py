@@ -231,3 +231,18 @@ def test_qwen2_vl_vision_tower_reads_embed_dim_as_its_width():
     patch = 14 * 14 * 3 * 2 * 64
     merger = (4 * 64) ** 2 + 4 * 64 * H  # 2×2 patches concatenated, square layer, out to H
     assert model_from_config(cfg, "qwen2-vl").vision_params == blocks + patch + merger
+
+
+def test_qwen3_omni_reads_the_thinkers_language_model_and_names_the_talker():
+    cfg = {"model_type": "qwen3_omni_moe", "talker_config": {"hidden_size": 8},
+           "thinker_config": {"model_type": "qwen3_omni_moe_thinker",
+                              "text_config": {**BASE, "num_hidden_layers": 2}}}
+    model = model_from_config(cfg, "omni")
+    assert model.num_layers == 2 and model.hidden_size == H
+    assert any("talker" in note for note in model.notes)
+
+
+def test_cross_layer_kv_sharing_is_named_not_silent():
+    cfg = {**BASE, "model_type": "hunyuan", "num_hidden_layers": 2, "use_cla": True,
+           "cla_share_factor": 2}
+    assert any("use_cla" in note for note in model_from_config(cfg, "hunyuan-large").notes)

@@ -94,7 +94,12 @@ def _first(cfg: dict[str, Any], field: str, default: Any = None) -> Any:
 
 
 def flatten_text_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """Multimodal configs nest the language model under ``text_config``; its keys win."""
+    """Multimodal configs nest the language model under ``text_config``; its keys win.
+    Qwen3-Omni nests it one level deeper, in the thinker (``thinker_config.text_config``)."""
+    if isinstance(raw.get("thinker_config"), dict):
+        thinker = raw["thinker_config"]
+        raw = {**{k: v for k, v in raw.items() if k != "thinker_config"}, **thinker,
+               "model_type": raw.get("model_type", thinker.get("model_type", ""))}
     text = raw.get("text_config") or raw.get("language_config") or raw.get("llm_config")
     if not isinstance(text, dict):
         return raw
@@ -120,7 +125,8 @@ NESTED_KEYS = {
 # Keys some configs give as one value per layer (Hunyuan-A13B's moe_topk,
 # moe_intermediate_size, num_shared_expert): read as one value when the list repeats it.
 PER_LAYER_LIST_KEYS = ("moe_topk", "moe_intermediate_size", "num_shared_expert",
-                       "num_experts_per_tok", "moe_k", "moe_num_shared_experts")
+                       "num_experts_per_tok", "moe_k", "moe_num_shared_experts",
+                       "intermediate_size")
 # Architectures phasewise reads to a wrong shape if it tried: refused in one line.
 UNSUPPORTED_TYPES = {
     "longcat_flash": "two attention and two dense MLP blocks per layer beside a shortcut MoE with "
@@ -258,6 +264,7 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
     notes += quant_notes
     mtp = _mtp_layers(cfg, probe)
     notes += _unread_keys(cfg)
+    notes += _uncounted_parts(raw, cfg)
 
     return ModelSpec(**uniform, layer_specs=layer_specs, mtp_layers=mtp,
                      vision_params=_vision_params(raw), checkpoint=quant, notes=tuple(notes))
@@ -400,6 +407,19 @@ def _vision_params(raw: dict[str, Any]) -> float:
         merger = merged * merged + merged * int(out)
     return float(depth * (4 * d * d + mats * d * int(width))
                  + patch * patch * channels * temporal * d + merger)
+
+
+def _uncounted_parts(raw: dict[str, Any], cfg: Config) -> list[str]:
+    """Parts of a checkpoint the arithmetic leaves out or shapes it does not share, named."""
+    notes = []
+    if isinstance(raw.get("talker_config"), dict):
+        notes.append("the checkpoint's talker (speech output, talker_config) is not counted; "
+                     "the thinker's language model is.")
+    if cfg.get("use_cla") and int(cfg.get("cla_share_factor") or 1) > 1:
+        notes.append(f"use_cla: every {cfg['cla_share_factor']} layers share one KV cache "
+                     "(cross-layer attention); phasewise gives every layer its own, so KV bytes "
+                     "and the K/V projections are overstated.")
+    return notes
 
 
 def _unread_keys(cfg: Config) -> list[str]:
