@@ -153,9 +153,9 @@ def normalise_nested(raw: dict[str, Any], name: str) -> dict[str, Any]:
         value = cfg.get(key)
         if isinstance(value, list) and value:
             if len(set(map(repr, value))) != 1:
-                raise InputError(f"{name}: config.json's {key} differs from layer to layer "
-                                 f"({sorted(set(map(repr, value)))[:4]}); phasewise reads one "
-                                 "value for every layer.")
+                raise InputError(f"{name}: config.json's {key} must be a positive whole number, "
+                                 f"one for every layer, and it differs from layer to layer "
+                                 f"({sorted(set(map(repr, value)))[:4]}); fix the file.")
             cfg[key] = value[0]
     return cfg
 
