@@ -246,3 +246,26 @@ def test_cross_layer_kv_sharing_is_named_not_silent():
     cfg = {**BASE, "model_type": "hunyuan", "num_hidden_layers": 2, "use_cla": True,
            "cla_share_factor": 2}
     assert any("use_cla" in note for note in model_from_config(cfg, "hunyuan-large").notes)
+
+
+def test_bamba_puts_attention_at_its_listed_layers_and_mamba2_elsewhere():
+    cfg = {**BASE, "model_type": "bamba", "num_hidden_layers": 3, "attn_layer_indices": [1],
+           "mamba_n_heads": 8, "mamba_d_head": 32, "mamba_d_state": 16, "mamba_n_groups": 1,
+           "mamba_d_conv": 4}
+    model = model_from_config(cfg, "bamba")
+    assert [layer.label for layer in model.layers] == ["mamba2/mlp512", "attn/mlp512",
+                                                       "mamba2/mlp512"]
+
+
+def test_lfm2_moe_runs_experts_after_its_dense_layers():
+    cfg = {**BASE, "model_type": "lfm2_moe", "num_hidden_layers": 3, "num_dense_layers": 1,
+           "layer_types": ["conv", "full_attention", "conv"], "num_experts": 4,
+           "num_experts_per_tok": 2, "moe_intermediate_size": 64}
+    model = model_from_config(cfg, "lfm2-moe")
+    assert [layer.label for layer in model.layers] == ["shortconv/mlp512", "attn/moe4x2",
+                                                       "shortconv/moe4x2"]
+
+
+def test_qwen_v1_intermediate_size_counts_both_mlp_halves():
+    cfg = {**BASE, "model_type": "qwen", "num_hidden_layers": 1, "intermediate_size": 1024}
+    assert model_from_config(cfg, "qwen-v1").layers[0].mlp.width == 512  # QWenMLP w1, w2

@@ -420,7 +420,7 @@ NO_REFERENCE_MODULE = {"apertus-8b": "xielu", "apertus-70b": "xielu",
                        "falcon-h1-0.5b": "ParallelMixers", "falcon-mamba-7b": "Mamba1",
                        "jamba-1.5-mini": "Mamba1", "jamba-1.5-large": "Mamba1",
                        "minimax-m1-80k": "lightning", "step-3": "low-rank query"}
-UNSUPPORTED = {"longcat-flash-chat"}
+UNSUPPORTED = {"longcat-flash-chat", "recurrentgemma-9b", "openelm-3b"}
 
 
 @pytest.mark.slow

@@ -135,6 +135,8 @@ UNSUPPORTED_TYPES = {
     "phi4flash": "SambaY decoder (Mamba, sliding-window attention and gated memory units "
                  "sharing one cache)",
     "rwkv": "RWKV time-mix and channel-mix blocks", "rwkv7": "RWKV-7 time-mix blocks",
+    "recurrent_gemma": "Griffin's RG-LRU recurrent blocks beside local attention",
+    "openelm": "layer-wise scaling (per-layer query and KV head counts and FFN multipliers)",
 }
 
 
@@ -222,6 +224,8 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
                      f"{cfg['attention_head_dim']}: read as {head_dim}.")
     intermediate = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner") \
         or cfg.get("ffn_hidden_size")
+    if model_type == "qwen" and intermediate:  # QWenMLP: w1, w2 are intermediate_size // 2 wide
+        intermediate = int(intermediate) // 2
     if intermediate is None:
         intermediate = 4 * int(hidden)
         every_moe = _first(cfg, "num_experts") and not any(
@@ -338,6 +342,7 @@ def _per_layer(cfg: Config, name: str, uniform: dict[str, Any]) -> tuple[Layer, 
                    lambda: hf_layers.jamba_layers(cfg, name),
                    lambda: hf_layers.arctic_layers(cfg, name),
                    lambda: hf_layers.falcon_h1_layers(cfg, name),
+                   lambda: hf_layers.bamba_layers(cfg, name),
                    lambda: hf_layers.minimax_layers(cfg, name),
                    lambda: hf_layers.nemotron_h_layers(cfg, name),
                    lambda: hf_layers.nas_layers(cfg, name),

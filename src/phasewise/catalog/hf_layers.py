@@ -363,6 +363,11 @@ def lfm2_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     conv = ShortConv(int(cfg.get("conv_dim") or hidden), int(cfg.get("conv_L_cache") or 3))
     full = attention(cfg, name)
     mlp = DenseMLP(width)
+    if cfg.get("num_experts"):  # LFM2-MoE: experts after the first num_dense_layers
+        dense_n = whole(cfg, "num_dense_layers", 0, name=name)
+        experts = moe(cfg, name, is_gated=True)
+        return tuple(Layer(conv if kind == "conv" else full, mlp if i < dense_n else experts)
+                     for i, kind in enumerate(types))
     return tuple(Layer(conv if t == "conv" else full, mlp) for t in types)
 
 
@@ -532,3 +537,20 @@ def low_rank_query_layers(uniform: Any, cfg: Config, name: str) -> tuple[Layer, 
     rank = whole(cfg, "share_q_dim", name=name)
     return tuple(Layer(replace(layer.mixer, q_rank=rank) if isinstance(layer.mixer, Attention)
                        else layer.mixer, layer.mlp) for layer in uniform_layers(uniform))
+
+
+def bamba_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Bamba (transformers' BambaDecoderLayer): attention at ``attn_layer_indices``, a Mamba-2
+    mixer of mamba_n_heads × mamba_d_head elsewhere, a gated MLP in every layer."""
+    listed = cfg.get("attn_layer_indices")
+    if cfg.get("model_type") != "bamba" or not isinstance(listed, list):
+        return None
+    hidden = whole(cfg, "hidden_size", name=name)
+    heads = whole(cfg, "mamba_n_heads", name=name)
+    head_dim = int(cfg.get("mamba_d_head") or (cfg.get("mamba_expand") or 2) * hidden // heads)
+    mamba = Mamba2(heads, head_dim, whole(cfg, "mamba_d_state", name=name),
+                   whole(cfg, "mamba_n_groups", 1, name=name), whole(cfg, "mamba_d_conv", 4, name=name))
+    full = attention(cfg, name)
+    mlp = DenseMLP(whole(cfg, "intermediate_size", name=name))
+    at = {int(i) for i in listed}
+    return tuple(Layer(full if i in at else mamba, mlp) for i in range(cfg.num_layers))
