@@ -269,3 +269,17 @@ def test_lfm2_moe_runs_experts_after_its_dense_layers():
 def test_qwen_v1_intermediate_size_counts_both_mlp_halves():
     cfg = {**BASE, "model_type": "qwen", "num_hidden_layers": 1, "intermediate_size": 1024}
     assert model_from_config(cfg, "qwen-v1").layers[0].mlp.width == 512  # QWenMLP w1, w2
+
+
+@pytest.mark.parametrize("key", ["attn_layer_period", "expert_layer_period"])
+def test_a_zero_layer_period_is_one_clear_error(key):
+    with pytest.raises(InputError, match=f"{key} must be at least 1"):
+        model_from_config({**JAMBA, key: 0}, "jamba")
+
+
+def test_a_dense_mlp_without_a_width_is_one_clear_error():
+    cfg = {**BASE, "model_type": "gemma4_text", "num_hidden_layers": 2, "global_head_dim": 128,
+           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 512}
+    del cfg["intermediate_size"]
+    with pytest.raises(InputError, match="lack intermediate_size"):
+        model_from_config(cfg, "no-width")

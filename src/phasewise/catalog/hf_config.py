@@ -181,7 +181,8 @@ def model_from_config(raw: dict[str, Any], name: str, *, sidecar: Any = None) ->
         return _read(raw, name, sidecar)
     except InputError:
         raise
-    except (TypeError, ValueError, OverflowError, AttributeError, KeyError) as err:
+    except (TypeError, ValueError, OverflowError, AttributeError, KeyError,
+            ZeroDivisionError) as err:
         raise InputError(f"{name}: config.json holds a value phasewise cannot read as a number "
                          f"or list where the architecture needs one ({type(err).__name__}: "
                          f"{str(err)[:120]}); fix the file.") from None

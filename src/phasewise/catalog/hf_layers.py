@@ -81,6 +81,15 @@ def whole(cfg: Config, key: str, default: int | None = None, *, name: str = "") 
     return int(value)
 
 
+def positive(cfg: Config, key: str, default: int | None = None, *, name: str = "") -> int:
+    """A whole number of at least 1 (a period, a head count), or a clear error."""
+    value = whole(cfg, key, default, name=name)
+    if value < 1:
+        raise InputError(f"{name}: config.json's {key} must be at least 1, got {value}; fix the "
+                         "file.")
+    return value
+
+
 def attention(cfg: Config, name: str, *, window: int | None = None, chunk: int | None = None,
               gated: bool = False) -> Attention:
     heads = whole(cfg, "num_attention_heads", name=name)
@@ -424,7 +433,7 @@ def granite_hybrid_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     if cfg.get("model_type") != "granitemoehybrid" or not isinstance(types, list):
         return None
     hidden = whole(cfg, "hidden_size", name=name)
-    heads = whole(cfg, "mamba_n_heads", name=name)
+    heads = positive(cfg, "mamba_n_heads", name=name)
     inner = int((cfg.get("mamba_expand") or 2) * hidden)
     mamba = Mamba2(heads, int(cfg.get("mamba_d_head") or inner // heads),
                    whole(cfg, "mamba_d_state", name=name), whole(cfg, "mamba_n_groups", 1, name=name),
@@ -450,9 +459,9 @@ def jamba_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     i % expert_layer_period == expert_layer_offset, a dense MLP elsewhere."""
     if cfg.get("model_type") != "jamba":
         return None
-    attn_period = whole(cfg, "attn_layer_period", 8, name=name)
+    attn_period = positive(cfg, "attn_layer_period", 8, name=name)
     attn_offset = whole(cfg, "attn_layer_offset", 4, name=name)
-    expert_period = whole(cfg, "expert_layer_period", 2, name=name)
+    expert_period = positive(cfg, "expert_layer_period", 2, name=name)
     expert_offset = whole(cfg, "expert_layer_offset", 1, name=name)
     mamba = _mamba1(cfg, name, prefix="mamba_", dt_norms=True)
     full = attention(cfg, name)
@@ -471,7 +480,7 @@ def arctic_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     if cfg.get("model_type") != "arctic":
         return None
     hidden = whole(cfg, "hidden_size", name=name)
-    freq = whole(cfg, "moe_layer_frequency", 2, name=name)
+    freq = positive(cfg, "moe_layer_frequency", 2, name=name)
     experts = moe(cfg, name, is_gated=True)
     residual = hidden if cfg.get("parallel_attn_mlp_res") else 0
     beside = MoE(experts.experts, experts.top_k, experts.width, dense_width=residual)
@@ -489,7 +498,7 @@ def falcon_h1_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     if cfg.get("model_type") != "falcon_h1":
         return None
     hidden = whole(cfg, "hidden_size", name=name)
-    heads = whole(cfg, "mamba_n_heads", name=name)
+    heads = positive(cfg, "mamba_n_heads", name=name)
     inner = cfg.get("mamba_d_ssm") or (cfg.get("mamba_d_head") or 0) * heads \
         or int((cfg.get("mamba_expand") or 2) * hidden)
     mamba = Mamba2(heads, int(inner) // heads, whole(cfg, "mamba_d_state", name=name),
@@ -546,7 +555,7 @@ def bamba_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     if cfg.get("model_type") != "bamba" or not isinstance(listed, list):
         return None
     hidden = whole(cfg, "hidden_size", name=name)
-    heads = whole(cfg, "mamba_n_heads", name=name)
+    heads = positive(cfg, "mamba_n_heads", name=name)
     head_dim = int(cfg.get("mamba_d_head") or (cfg.get("mamba_expand") or 2) * hidden // heads)
     mamba = Mamba2(heads, head_dim, whole(cfg, "mamba_d_state", name=name),
                    whole(cfg, "mamba_n_groups", 1, name=name), whole(cfg, "mamba_d_conv", 4, name=name))

@@ -467,6 +467,13 @@ def _check_layer(name: str, layer: Layer) -> None:
             raise InputError(f"model '{name}': attention with {mixer.heads} heads, "
                              f"{mixer.kv_heads} KV heads and head size {mixer.head_dim} is not "
                              "possible (heads must be a positive multiple of KV heads).")
+    if isinstance(layer.mlp, DenseMLP) and layer.mlp.width < 1:
+        raise InputError(f"model '{name}': a dense MLP of width {layer.mlp.width} is not "
+                         "possible; does the config.json lack intermediate_size?")
+    if isinstance(layer.mlp, MoE) and (layer.mlp.width < 1 or layer.mlp.experts < 1):
+        raise InputError(f"model '{name}': a MoE of {layer.mlp.experts} experts "
+                         f"{layer.mlp.width} wide is not possible; check the config.json's "
+                         "expert count and moe_intermediate_size.")
     if isinstance(layer.mlp, MoE) and not 0 < layer.mlp.top_k <= layer.mlp.experts:
         raise InputError(f"model '{name}': experts per token must be in 1..{layer.mlp.experts}, "
                          f"got {layer.mlp.top_k}.")
