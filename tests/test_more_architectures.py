@@ -283,3 +283,17 @@ def test_a_dense_mlp_without_a_width_is_one_clear_error():
     del cfg["intermediate_size"]
     with pytest.raises(InputError, match="lack intermediate_size"):
         model_from_config(cfg, "no-width")
+
+
+def test_kv_shared_layers_are_named_not_silent():
+    cfg = {**BASE, "model_type": "gemma3n_text", "num_hidden_layers": 4, "num_kv_shared_layers": 2}
+    assert any("num_kv_shared_layers" in note for note in model_from_config(cfg, "g3n").notes)
+    assert not any("num_kv_shared_layers" in note
+                   for note in model_from_config({**cfg, "num_kv_shared_layers": 0}, "g").notes)
+
+
+def test_separate_text_and_vision_experts_are_refused_in_one_line():
+    cfg = {**BASE, "model_type": "ernie4_5_moe_vl", "num_hidden_layers": 2,
+           "moe_num_experts": [64, 64], "moe_intermediate_size": [1536, 512]}
+    with pytest.raises(InputError, match="'ernie4_5_moe_vl' is not supported"):
+        model_from_config(cfg, "ernie-vl")

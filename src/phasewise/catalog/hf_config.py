@@ -25,7 +25,7 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2_moe", "qwen3", "qwen3
                      "qwen3_5_moe_text", "llama4", "llama4_text", "glm4_moe", "minimax_m2",
                      "kimi_k2", "kimi_linear", "nemotron-nas", "deci", "mimo_v2_flash",
                      "bailing_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1", "step3_text",
-                     "dbrx", "jamba", "olmoe", "olmo2", "phimoe"}
+                     "dbrx", "jamba", "olmoe", "olmo2", "phimoe", "bailing_moe_v2"}
 # Keys that change the arithmetic and that no reader here handles: named in a warning.
 ARITHMETIC_KEY = re.compile(r"layer|expert|moe|window|chunk|lora|ssm|mamba|linear|mtp|nextn|"
                             r"index|latent|head_dim|heads|kv_|sparse|attn|pattern|block|ffn|"
@@ -49,7 +49,7 @@ HARMLESS_KEYS = {
     "time_step_min", "time_step_max", "time_step_floor", "rescale_prenorm_residual",
     "residual_in_fp32", "head_dim_original", "attention_window_size", "query_pre_attn_scalar",
     "sliding_window_size", "qk_head_dim", "indexer_rope_interleave", "mtp_transformer_layers",
-    "pruned_heads", "ignore_index", "use_unified_vision_chunk", "num_kv_shared_layers",
+    "pruned_heads", "ignore_index", "use_unified_vision_chunk",
     "hidden_size_per_layer_input", "use_double_wide_mlp", "torch_dtype", "dtype",
     "hc_eps", "hc_sinkhorn_iters", "mamba_ssm_dtype", "num_beam_groups",
     # Scalings, training-only and placement keys of the families read here: no shapes.
@@ -59,6 +59,7 @@ HARMLESS_KEYS = {
     "ssm_in_multiplier", "ssm_out_multiplier", "ssm_multipliers", "mamba_rms_norm",
     "mamba_norm_before_gate", "attention_in_multiplier", "attention_out_multiplier",
     "mlp_multipliers", "key_multiplier", "projectors_bias", "mamba_expand",
+    "moe_renormalize", "moe_router_activation_func", "num_expert_group",
 }
 TOKEN_KEY = re.compile(r"token_(index|id)s?$|_token$")
 
@@ -136,6 +137,7 @@ UNSUPPORTED_TYPES = {
                  "sharing one cache)",
     "rwkv": "RWKV time-mix and channel-mix blocks", "rwkv7": "RWKV-7 time-mix blocks",
     "recurrent_gemma": "Griffin's RG-LRU recurrent blocks beside local attention",
+    "ernie4_5_moe_vl": "separate text and vision experts in each MoE layer",
     "openelm": "layer-wise scaling (per-layer query and KV head counts and FFN multipliers)",
 }
 
@@ -155,9 +157,10 @@ def normalise_nested(raw: dict[str, Any], name: str) -> dict[str, Any]:
         value = cfg.get(key)
         if isinstance(value, list) and value:
             if len(set(map(repr, value))) != 1:
-                raise InputError(f"{name}: config.json's {key} must be a positive whole number, "
-                                 f"one for every layer, and it differs from layer to layer "
-                                 f"({sorted(set(map(repr, value)))[:4]}); fix the file.")
+                raise InputError(f"{name}: config.json's {key} must be a positive whole number; "
+                                 f"it lists values that differ from layer to layer "
+                                 f"({sorted(set(map(repr, value)))[:4]}), which phasewise "
+                                 "cannot read yet.")
             cfg[key] = value[0]
     return cfg
 
@@ -421,6 +424,11 @@ def _uncounted_parts(raw: dict[str, Any], cfg: Config) -> list[str]:
     if isinstance(raw.get("talker_config"), dict):
         notes.append("the checkpoint's talker (speech output, talker_config) is not counted; "
                      "the thinker's language model is.")
+    shared = cfg.get("num_kv_shared_layers")
+    if isinstance(shared, int) and shared > 0:
+        notes.append(f"num_kv_shared_layers: the last {shared} layers reuse earlier layers' KV "
+                     "cache (Gemma-3n); phasewise gives them their own, so the KV footprint is "
+                     "overstated.")
     if cfg.get("use_cla") and int(cfg.get("cla_share_factor") or 1) > 1:
         notes.append(f"use_cla: every {cfg['cla_share_factor']} layers share one KV cache "
                      "(cross-layer attention); phasewise gives every layer its own, so KV bytes "
