@@ -161,7 +161,7 @@ def test_per_layer_lists_that_repeat_one_value_are_read_and_differing_ones_refus
            "use_mixed_mlp_moe": True}
     mlp = model_from_config(cfg, "hunyuan").layers[0].mlp
     assert (mlp.top_k, mlp.width, mlp.shared_width) == (2, 64, 512)  # shared: 1 × intermediate
-    with pytest.raises(InputError, match="moe_topk must be .* differs from layer to layer"):
+    with pytest.raises(InputError, match="moe_topk must be .* differ from layer to layer"):
         model_from_config({**cfg, "moe_topk": [2, 1]}, "hunyuan")
 
 
