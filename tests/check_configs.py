@@ -6,7 +6,8 @@
 
 A config is right when it loads, its total and active parameters lie within the tolerance of
 the published counts (3%, or one unit of the last digit of a coarse figure such as a name's
-"A3B"), and its KV bytes per token equal the hand derivation in the manifest. Cards differ on
+"A3B"), its KV bytes per token equal the hand derivation in the manifest, and, where the
+manifest derives one, its weight bytes per parameter lie within 1% of the checkpoint format's. Cards differ on
 whether "active" counts the embedding table and the head, so the active count may match under
 any of the three readings; the table says which one did. Exit code 0 always: this measures.
 """
@@ -48,6 +49,11 @@ class Row:
         return "pass" if all(self.checks.values()) else "FAIL"
 
 
+# The checkpoint's weight bytes per parameter against the manifest's hand derivation from
+# the format (bits per weight with its scales, the excluded modules at 16 bits).
+FORMAT_TOLERANCE = 0.01
+
+
 def tolerance_b(published_b: float, basis: str) -> float:
     """3% of a card's figure; a name's figure only says the count lies within one unit of
     its last digit."""
@@ -70,9 +76,14 @@ def score(row: Row, entry: dict, counts, spec) -> None:
     row.total_b = counts.total / 1e9
     row.active_b = counts.active / 1e9
     row.kv_bytes_per_token = counts.kv_bytes_per_token
-    weight_bytes = getattr(counts, "weight_bytes", None)
-    if weight_bytes:
-        row.weight_bytes_per_param = weight_bytes / counts.total
+    from phasewise.ledger.memory import weight_bytes_per_device
+    from phasewise.specs import Parallelism, Precision
+
+    row.weight_bytes_per_param = weight_bytes_per_device(spec, Precision(), Parallelism()) \
+        / counts.total
+    if entry.get("weight_bytes_per_param") is not None:
+        hand = float(entry["weight_bytes_per_param"])
+        row.checks["format"] = abs(row.weight_bytes_per_param / hand - 1) <= FORMAT_TOLERANCE
     if row.card_total_b is not None:
         row.checks["total"] = (abs(row.total_b - row.card_total_b)
                                <= tolerance_b(row.card_total_b, basis))

@@ -15,16 +15,17 @@ from phasewise.specs.model import Attention, Layer, MoE, projection_names, unifo
 
 # Model types whose MLP is a plain up/activation/down (no gate projection).
 UNGATED_MLP_TYPES = {"bloom", "gpt2", "gpt_neox", "gptj", "falcon", "phi", "opt", "gpt_bigcode",
-                     "mpt", "starcoder2", "bert"}
+                     "mpt", "starcoder2", "bert", "apertus"}  # ApertusMLP: up, xIELU, down
 # transformers' per-class default for tie_word_embeddings when config.json omits it.
 TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "bloom", "gpt2", "qwen2",
-                   "smollm3", "phi"}
+                   "smollm3", "phi", "starcoder2", "cohere", "cohere2"}
 UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
                      "deepseek_v2", "deepseek_v3", "deepseek_v32", "phi3", "gpt_oss", "falcon",
                      "nemotron_h", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text",
                      "qwen3_5_moe_text", "llama4", "llama4_text", "glm4_moe", "minimax_m2",
                      "kimi_k2", "kimi_linear", "nemotron-nas", "deci", "mimo_v2_flash",
-                     "bailing_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1", "step3_text"}
+                     "bailing_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1", "step3_text",
+                     "dbrx", "jamba", "olmoe", "olmo2", "phimoe", "bailing_moe_v2"}
 # Keys that change the arithmetic and that no reader here handles: named in a warning.
 ARITHMETIC_KEY = re.compile(r"layer|expert|moe|window|chunk|lora|ssm|mamba|linear|mtp|nextn|"
                             r"index|latent|head_dim|heads|kv_|sparse|attn|pattern|block|ffn|"
@@ -48,9 +49,17 @@ HARMLESS_KEYS = {
     "time_step_min", "time_step_max", "time_step_floor", "rescale_prenorm_residual",
     "residual_in_fp32", "head_dim_original", "attention_window_size", "query_pre_attn_scalar",
     "sliding_window_size", "qk_head_dim", "indexer_rope_interleave", "mtp_transformer_layers",
-    "pruned_heads", "ignore_index", "use_unified_vision_chunk", "num_kv_shared_layers",
+    "pruned_heads", "ignore_index", "use_unified_vision_chunk",
     "hidden_size_per_layer_input", "use_double_wide_mlp", "torch_dtype", "dtype",
     "hc_eps", "hc_sinkhorn_iters", "mamba_ssm_dtype", "num_beam_groups", "compress_rope_theta",
+    # Scalings, training-only and placement keys of the families read here: no shapes.
+    "parallel_attn", "moe_train_capacity_factor", "moe_capacity", "moe_gate", "downsample_ratio",
+    "vision_feature_layer", "order_of_interleaved_layers", "no_rope_layers",
+    "no_rope_layer_interval", "layernorm_full_attention_beta", "layernorm_linear_attention_beta",
+    "ssm_in_multiplier", "ssm_out_multiplier", "ssm_multipliers", "mamba_rms_norm",
+    "mamba_norm_before_gate", "attention_in_multiplier", "attention_out_multiplier",
+    "mlp_multipliers", "key_multiplier", "projectors_bias", "mamba_expand",
+    "moe_renormalize", "moe_router_activation_func", "num_expert_group",
 }
 TOKEN_KEY = re.compile(r"token_(index|id)s?$|_token$")
 
@@ -75,7 +84,7 @@ _KEYS = {
                     "model_max_length"),
     "num_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
     "experts_per_token": ("num_experts_per_tok", "moe_topk", "num_experts_per_token",
-                          "top_k_experts"),
+                          "top_k_experts", "moe_k", "moe_top_k"),
 }
 
 
@@ -86,7 +95,12 @@ def _first(cfg: dict[str, Any], field: str, default: Any = None) -> Any:
 
 
 def flatten_text_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """Multimodal configs nest the language model under ``text_config``; its keys win."""
+    """Multimodal configs nest the language model under ``text_config``; its keys win.
+    Qwen3-Omni nests it one level deeper, in the thinker (``thinker_config.text_config``)."""
+    if isinstance(raw.get("thinker_config"), dict):
+        thinker = raw["thinker_config"]
+        raw = {**{k: v for k, v in raw.items() if k != "thinker_config"}, **thinker,
+               "model_type": raw.get("model_type", thinker.get("model_type", ""))}
     text = raw.get("text_config") or raw.get("language_config") or raw.get("llm_config")
     if not isinstance(text, dict):
         return raw
@@ -101,30 +115,91 @@ def with_class_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**defaults, **cfg} if defaults else cfg
 
 
+# DBRX nests its attention and FFN geometry (transformers DbrxConfig: DbrxAttentionConfig
+# kv_n_heads, rope_theta; DbrxFFNConfig ffn_hidden_size, moe_num_experts, moe_top_k); every
+# layer is a MoE of GLU experts (DbrxExpertGLU: w1, v1, w2) that wide.
+NESTED_KEYS = {
+    "attn_config": {"kv_n_heads": "num_key_value_heads", "rope_theta": "rope_theta"},
+    "ffn_config": {"ffn_hidden_size": "moe_intermediate_size", "moe_num_experts": "num_local_experts",
+                   "moe_top_k": "num_experts_per_tok"},
+}
+# Keys some configs give as one value per layer (Hunyuan-A13B's moe_topk,
+# moe_intermediate_size, num_shared_expert): read as one value when the list repeats it.
+PER_LAYER_LIST_KEYS = ("moe_topk", "moe_intermediate_size", "num_shared_expert",
+                       "num_experts_per_tok", "moe_k", "moe_num_shared_experts",
+                       "intermediate_size")
+# Architectures phasewise reads to a wrong shape if it tried: refused in one line.
+UNSUPPORTED_TYPES = {
+    "longcat_flash": "two attention and two dense MLP blocks per layer beside a shortcut MoE with "
+                     "zero-computation experts",
+    "zamba2": "shared transformer blocks reused across layers with per-use LoRA adapters",
+    "phi4flash": "SambaY decoder (Mamba, sliding-window attention and gated memory units "
+                 "sharing one cache)",
+    "rwkv": "RWKV time-mix and channel-mix blocks", "rwkv7": "RWKV-7 time-mix blocks",
+    "recurrent_gemma": "Griffin's RG-LRU recurrent blocks beside local attention",
+    "ernie4_5_moe_vl": "separate text and vision experts in each MoE layer",
+    "openelm": "layer-wise scaling (per-layer query and KV head counts and FFN multipliers)",
+}
+
+
+def normalise_nested(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    """Lift DBRX's nested blocks to the flat keys and collapse per-layer lists that repeat one
+    value; a per-layer list whose values differ is one clear error, never a silent pick."""
+    cfg = dict(raw)
+    for block, keys in NESTED_KEYS.items():
+        nested = cfg.get(block)
+        if isinstance(nested, dict) and cfg.get("model_type") == "dbrx":
+            cfg.pop(block)
+            for key, flat in keys.items():
+                if nested.get(key) is not None:
+                    cfg.setdefault(flat, nested[key])
+    for key in PER_LAYER_LIST_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, list) and value:
+            if len(set(map(repr, value))) != 1:
+                raise InputError(f"{name}: config.json's {key} must be a positive whole number; "
+                                 f"it lists values that differ from layer to layer "
+                                 f"({sorted(set(map(repr, value)))[:4]}), which phasewise "
+                                 "cannot read yet.")
+            cfg[key] = value[0]
+    return cfg
+
+
+def _normalised(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    return with_class_defaults(normalise_nested(flatten_text_config(raw), name))
+
+
 def model_from_config(raw: dict[str, Any], name: str, *, sidecar: Any = None) -> ModelSpec:
     """Normalise a published config.json (and a ModelOpt ``hf_quant_config.json`` beside it,
     ``sidecar``) into a per-layer ``ModelSpec``. A value of the wrong kind anywhere (a string,
     a list, NaN or infinity where a number goes) is one clear error."""
     if not isinstance(raw, dict):
         raise InputError(f"{name}: config.json must be a JSON object.")
-    _check_declared_sizes(with_class_defaults(flatten_text_config(raw)), name)
+    model_type = str(flatten_text_config(raw).get("model_type", ""))
+    if model_type in UNSUPPORTED_TYPES:
+        raise InputError(f"{name}: model type {model_type!r} is not supported: "
+                         f"{UNSUPPORTED_TYPES[model_type]}; phasewise cannot price it yet.")
+    _check_declared_sizes(_normalised(raw, name), name)
     try:
         return _read(raw, name, sidecar)
     except InputError:
         raise
-    except (TypeError, ValueError, OverflowError, AttributeError, KeyError) as err:
+    except (TypeError, ValueError, OverflowError, AttributeError, KeyError,
+            ZeroDivisionError) as err:
         raise InputError(f"{name}: config.json holds a value phasewise cannot read as a number "
                          f"or list where the architecture needs one ({type(err).__name__}: "
                          f"{str(err)[:120]}); fix the file.") from None
 
 
 def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
-    cfg = Config(with_class_defaults(flatten_text_config(raw)))
+    cfg = Config(_normalised(raw, name))
     model_type = str(cfg.get("model_type", ""))
     notes: list[str] = []
     hidden = _first(cfg, "hidden_size")
     layers = _first(cfg, "num_layers") or _pattern_length(cfg)
     heads = _first(cfg, "num_heads")
+    if model_type in hf_layers.PURE_SSM_TYPES:  # no attention: the uniform fields are nominal
+        heads = heads or 1
     vocab = _first(cfg, "vocab_size")
     missing = [f for f, v in (("hidden_size", hidden), ("num_hidden_layers", layers),
                               ("num_attention_heads", heads), ("vocab_size", vocab)) if v is None]
@@ -134,23 +209,34 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
     for key, value in (("hidden_size", hidden), ("num_hidden_layers", layers),
                        ("num_attention_heads", heads), ("vocab_size", vocab)):
         _check_whole(name, key, value)
-    kv_heads = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads")
+    # ChatGLM's multi_query_group_num and Step-3's num_attention_groups are KV head counts.
+    kv_heads = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads") \
+        or cfg.get("num_attention_groups") \
+        or (cfg.get("multi_query_group_num") if cfg.get("multi_query_attention") else None)
     if model_type == "falcon" and cfg.get("multi_query") \
             and not cfg.get("new_decoder_architecture"):
         kv_heads = 1  # transformers' FalconAttention ignores num_kv_heads here (Falcon-7B)
     if kv_heads is None:
         kv_heads = 1 if cfg.get("multi_query") else heads
-        if model_type not in KNOWN_MHA_TYPES:
+        if model_type not in KNOWN_MHA_TYPES | hf_layers.PURE_SSM_TYPES:
             notes.append(f"config.json gives no num_key_value_heads: read as {heads} (one KV "
                          "head per attention head, multi-head attention).")
-    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or int(hidden) // int(heads)
-    intermediate = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner")
+    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or cfg.get("kv_channels") \
+        or int(hidden) // int(heads)
+    if cfg.get("attention_head_dim") not in (None, head_dim):
+        notes.append(f"config.json gives head_dim {head_dim} and attention_head_dim "
+                     f"{cfg['attention_head_dim']}: read as {head_dim}.")
+    intermediate = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner") \
+        or cfg.get("ffn_hidden_size")
+    if model_type == "qwen" and intermediate:  # QWenMLP: w1, w2 are intermediate_size // 2 wide
+        intermediate = int(intermediate) // 2
     if intermediate is None:
         intermediate = 4 * int(hidden)
         every_moe = _first(cfg, "num_experts") and not any(
             cfg.get(k) for k in ("first_k_dense_replace", "mlp_only_layers", "moe_layer_freq",
                                  "decoder_sparse_step", "interleave_moe_layer_step"))
-        if model_type not in FOUR_X_MLP_TYPES and not cfg.get("block_configs") and not every_moe:
+        if model_type not in FOUR_X_MLP_TYPES and not cfg.get("block_configs") and not every_moe \
+                and model_type not in hf_layers.PURE_SSM_TYPES:
             notes.append(f"config.json gives no intermediate_size: read as 4 × hidden = "
                          f"{intermediate}.")
     for key, value in (("num_key_value_heads", kv_heads), ("head_dim", head_dim),
@@ -174,6 +260,8 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
     if not cfg.get("hidden_size_per_layer_input"):  # no per-layer embeddings (Gemma-3n has them)
         cfg.read.add("vocab_size_per_layer_input")
     layer_specs = _per_layer(cfg, name, uniform)
+    if cfg.get("share_q_dim") and not layer_specs:
+        layer_specs = hf_layers.low_rank_query_layers(ModelSpec(**uniform), cfg, name)
     if layer_specs and len(layer_specs) != int(layers):
         raise InputError(f"{name}: the config describes {len(layer_specs)} layers but "
                          f"num_hidden_layers is {layers}.")
@@ -188,6 +276,8 @@ def _read(raw: dict[str, Any], name: str, sidecar: Any) -> ModelSpec:
     quant = with_expert_format(quant, cfg.get("expert_dtype"), probe.is_moe)
     streams = _hyper_connections(cfg, name)
     notes += _unread_keys(cfg)
+    notes += _uncounted_parts(raw, cfg)
+
     return ModelSpec(**uniform, layer_specs=layer_specs, mtp_layers=mtp,
                      vision_params=_vision_params(raw), checkpoint=quant, notes=tuple(notes),
                      hyper_connections=streams)
@@ -265,6 +355,13 @@ def _per_layer(cfg: Config, name: str, uniform: dict[str, Any]) -> tuple[Layer, 
         sparse = (True,) * uniform["num_layers"]
     gated = uniform["gated_mlp"]
     for reader in (lambda: hf_layers.deepseek_v4_layers(cfg, name, sparse),
+                   lambda: hf_layers.mamba_layers(cfg, name),
+                   lambda: hf_layers.granite_hybrid_layers(cfg, name),
+                   lambda: hf_layers.jamba_layers(cfg, name),
+                   lambda: hf_layers.arctic_layers(cfg, name),
+                   lambda: hf_layers.falcon_h1_layers(cfg, name),
+                   lambda: hf_layers.bamba_layers(cfg, name),
+                   lambda: hf_layers.minimax_layers(cfg, name),
                    lambda: hf_layers.nemotron_h_layers(cfg, name),
                    lambda: hf_layers.nas_layers(cfg, name),
                    lambda: hf_layers.qwen3_next_layers(cfg, name, sparse),
@@ -307,7 +404,8 @@ def _mtp_layers(cfg: Config, model: ModelSpec) -> tuple[Layer, ...]:
 
 
 def model_is_recurrent(layer: Layer) -> bool:
-    return layer.mixer is not None and layer.mixer.label in ("mamba2", "gated_deltanet", "kda")
+    return layer.mixer is not None and layer.mixer.label in ("mamba2", "mamba1", "gated_deltanet",
+                                                             "kda")
 
 
 def _vision_params(raw: dict[str, Any]) -> float:
@@ -318,21 +416,43 @@ def _vision_params(raw: dict[str, Any]) -> float:
     vision = raw.get("vision_config")
     if not isinstance(vision, dict):
         return 0.0
-    d = vision.get("hidden_size") or vision.get("embed_dim") or vision.get("width")
+    # Qwen2-VL names the ViT width embed_dim and the merger's output hidden_size.
+    d = vision.get("embed_dim") or vision.get("hidden_size") or vision.get("width")
     depth = vision.get("num_hidden_layers") or vision.get("depth") or vision.get("layers")
     if not isinstance(d, int) or not isinstance(depth, int) or d <= 0 or depth <= 0:
         return 0.0
-    width = vision.get("intermediate_size") or vision.get("mlp_dim") or 4 * d
+    width = vision.get("intermediate_size") or vision.get("mlp_dim") \
+        or int((vision.get("mlp_ratio") or 4) * d)
     mats = 3 if str(vision.get("hidden_act", "")).startswith(("silu", "swiglu")) else 2
     patch = int(vision.get("patch_size") or 14)
     channels = int(vision.get("num_channels") or vision.get("in_channels") or 3)
     temporal = int(vision.get("temporal_patch_size") or 1)
     merger = 0
-    if vision.get("out_hidden_size") and vision.get("spatial_merge_size"):
+    out = vision.get("out_hidden_size") or (vision.get("hidden_size") if vision.get("embed_dim")
+                                            else None)
+    if out and vision.get("spatial_merge_size"):
         merged = d * int(vision["spatial_merge_size"]) ** 2
-        merger = merged * merged + merged * int(vision["out_hidden_size"])
+        merger = merged * merged + merged * int(out)
     return float(depth * (4 * d * d + mats * d * int(width))
                  + patch * patch * channels * temporal * d + merger)
+
+
+def _uncounted_parts(raw: dict[str, Any], cfg: Config) -> list[str]:
+    """Parts of a checkpoint the arithmetic leaves out or shapes it does not share, named."""
+    notes = []
+    if isinstance(raw.get("talker_config"), dict):
+        notes.append("the checkpoint's talker (speech output, talker_config) is not counted; "
+                     "the thinker's language model is.")
+    shared = cfg.get("num_kv_shared_layers")
+    if isinstance(shared, int) and shared > 0:
+        notes.append(f"num_kv_shared_layers: the last {shared} layers reuse earlier layers' KV "
+                     "cache (Gemma-3n); phasewise gives them their own, so the KV footprint is "
+                     "overstated.")
+    if cfg.get("use_cla") and int(cfg.get("cla_share_factor") or 1) > 1:
+        notes.append(f"use_cla: every {cfg['cla_share_factor']} layers share one KV cache "
+                     "(cross-layer attention); phasewise gives every layer its own, so KV bytes "
+                     "and the K/V projections are overstated.")
+    return notes
 
 
 def _unread_keys(cfg: Config) -> list[str]:
@@ -406,14 +526,17 @@ def _moe_fields(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
         return {}
     top_k = _first(cfg, "experts_per_token", 0) or 0
     width = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
-    shared_width = cfg.get("shared_expert_intermediate_size") or 0
-    if not shared_width and cfg.get("n_shared_experts"):
-        shared_width = int(cfg["n_shared_experts"]) * int(width)
+    shared_width = hf_layers.shared_expert_width(cfg, int(width))
     first_dense = int(cfg.get("first_k_dense_replace") or 0)
     freq = cfg.get("moe_layer_freq") or 1
     step = int(cfg.get("decoder_sparse_step") or 1)
     dense_only = set(cfg.get("mlp_only_layers") or ())
-    if isinstance(freq, list):  # one flag per layer (MiMo-V2-Flash, MiniMax)
+    if cfg.get("moe_layer_start_index") is not None:
+        sparse = ernie_moe_layers(cfg, layers)
+    elif isinstance(cfg.get("moe_layers_enum"), str):  # Step-3: "4,5,…,59"
+        listed = {int(i) for i in cfg["moe_layers_enum"].split(",") if i.strip()}
+        sparse = tuple(i in listed for i in range(layers))
+    elif isinstance(freq, list):  # one flag per layer (MiMo-V2-Flash, MiniMax)
         if len(freq) != layers:
             raise InputError(f"moe_layer_freq lists {len(freq)} layers but the model has "
                              f"{layers}; fix the config.json.")
@@ -425,6 +548,18 @@ def _moe_fields(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
     return {"num_experts": int(experts), "experts_per_token": int(top_k),
             "moe_intermediate_size": int(width), "shared_expert_intermediate_size": int(shared_width),
             "moe_layers": sparse}
+
+
+def ernie_moe_layers(cfg: dict[str, Any], layers: int) -> tuple[bool, ...]:
+    """ERNIE-4.5 (transformers Ernie4_5_MoeDecoderLayer): layer i is a MoE when
+    (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index
+    (an end of -1: the last layer)."""
+    start = int(cfg["moe_layer_start_index"])
+    end = int(cfg.get("moe_layer_end_index") if cfg.get("moe_layer_end_index") is not None
+              else layers - 1)
+    end = layers - 1 if end < 0 else end
+    interval = int(cfg.get("moe_layer_interval") or 1)
+    return tuple((i + 1) % interval == 0 and start <= i <= end for i in range(layers))
 
 
 def _mla_fields(cfg: dict[str, Any]) -> dict[str, Any]:

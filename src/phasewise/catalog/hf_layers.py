@@ -29,9 +29,11 @@ from phasewise.specs.model import (
     LinearAttention,
     LinearMixer,
     LinearMLP,
+    Mamba1,
     Mamba2,
     Mixer,
     MoE,
+    ParallelMixers,
     ShortConv,
 )
 
@@ -40,6 +42,10 @@ from phasewise.specs.model import (
 LLAMA4_NO_ROPE_INTERVAL = 4
 # Qwen3-Next: one full-attention layer every 4 (Qwen3NextConfig.full_attention_interval).
 QWEN3_NEXT_FULL_ATTENTION_INTERVAL = 4
+
+
+# Model types with no attention at all: a stack of state-space mixers, no MLP.
+PURE_SSM_TYPES = {"mamba2", "mamba", "falcon_mamba"}
 
 
 class Config(dict):
@@ -76,6 +82,15 @@ def whole(cfg: Config, key: str, default: int | None = None, *, name: str = "") 
     return int(value)
 
 
+def positive(cfg: Config, key: str, default: int | None = None, *, name: str = "") -> int:
+    """A whole number of at least 1 (a period, a head count), or a clear error."""
+    value = whole(cfg, key, default, name=name)
+    if value < 1:
+        raise InputError(f"{name}: config.json's {key} must be at least 1, got {value}; fix the "
+                         "file.")
+    return value
+
+
 def attention(cfg: Config, name: str, *, window: int | None = None, chunk: int | None = None,
               gated: bool = False) -> Attention:
     heads = whole(cfg, "num_attention_heads", name=name)
@@ -110,17 +125,34 @@ def moe(cfg: Config, name: str, *, is_gated: bool) -> MoE:
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") \
         or cfg.get("num_experts") or cfg.get("moe_num_experts")
     top_k = cfg.get("num_experts_per_tok") or cfg.get("moe_topk") \
-        or cfg.get("num_experts_per_token") or cfg.get("top_k_experts")
+        or cfg.get("num_experts_per_token") or cfg.get("top_k_experts") or cfg.get("moe_k")
     if not experts or not top_k:
         raise InputError(f"{name}: a MoE layer needs the expert count and experts per token "
                          "(n_routed_experts / num_experts, num_experts_per_tok).")
     width = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")
-    shared = cfg.get("moe_shared_expert_intermediate_size") \
-        or cfg.get("shared_expert_intermediate_size") or 0
-    if not shared and cfg.get("n_shared_experts"):
-        shared = int(cfg["n_shared_experts"]) * int(width)
+    shared = shared_expert_width(cfg, int(width))
     return MoE(int(experts), int(top_k), int(width), int(shared), is_gated,
                latent_size=int(cfg.get("moe_latent_size") or 0))
+
+
+def shared_expert_width(cfg: dict[str, Any], width: int) -> int:
+    """The shared experts' width in all, under each family's keys: one width
+    (``shared_expert_intermediate_size``), a count of expert-wide shared experts
+    (``share_expert_dim`` in Step-3), a count of expert-wide shared experts
+    (DeepSeek ``n_shared_experts``, ERNIE-4.5 ``moe_num_shared_experts``, Ling
+    ``num_shared_experts``), or Hunyuan's ``num_shared_expert`` MLPs of ``intermediate_size``
+    when ``use_mixed_mlp_moe`` (HunYuanMoEV1's shared_mlp is intermediate_size ×
+    num_shared_expert wide)."""
+    shared = cfg.get("moe_shared_expert_intermediate_size") \
+        or cfg.get("shared_expert_intermediate_size") or cfg.get("share_expert_dim") or 0
+    if shared:
+        return int(shared)
+    for key in ("n_shared_experts", "moe_num_shared_experts", "num_shared_experts"):
+        if cfg.get(key):
+            return int(cfg[key]) * int(width)
+    if cfg.get("use_mixed_mlp_moe") and cfg.get("num_shared_expert"):
+        return int(cfg["num_shared_expert"]) * int(cfg.get("intermediate_size") or width)
+    return 0
 
 
 def nemotron_h_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
@@ -341,6 +373,11 @@ def lfm2_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
     conv = ShortConv(int(cfg.get("conv_dim") or hidden), int(cfg.get("conv_L_cache") or 3))
     full = attention(cfg, name)
     mlp = DenseMLP(width)
+    if cfg.get("num_experts"):  # LFM2-MoE: experts after the first num_dense_layers
+        dense_n = whole(cfg, "num_dense_layers", 0, name=name)
+        experts = moe(cfg, name, is_gated=True)
+        return tuple(Layer(conv if kind == "conv" else full, mlp if i < dense_n else experts)
+                     for i, kind in enumerate(types))
     return tuple(Layer(conv if t == "conv" else full, mlp) for t in types)
 
 
@@ -398,3 +435,175 @@ def deepseek_v4_layers(cfg: Config, name: str, sparse: tuple[bool, ...]) -> tupl
     return tuple(Layer(compressed_attention(cfg, name, ratios[i]),
                        _dense_or_moe(cfg, name, i, sparse, dense_width, True))
                  for i in range(cfg.num_layers))
+
+
+def _mamba1(cfg: Config, name: str, *, prefix: str = "", dt_norms: bool = False) -> Mamba1:
+    """A Mamba mixer from ``{prefix}expand``, ``{prefix}d_state`` / ``state_size``,
+    ``{prefix}d_conv`` / ``conv_kernel`` and ``{prefix}dt_rank`` / ``time_step_rank``
+    ("auto": ceil(hidden / 16), transformers' MambaConfig)."""
+    hidden = whole(cfg, "hidden_size", name=name)
+    expand = cfg.get(f"{prefix}expand") or 2
+    inner = int(cfg.get("intermediate_size") or 0) if not prefix else 0
+    inner = inner or int(expand * hidden)
+    rank = cfg.get(f"{prefix}dt_rank") if prefix else cfg.get("time_step_rank")
+    rank = math.ceil(hidden / 16) if rank in (None, "auto") else rank
+    state = cfg.get(f"{prefix}d_state") if prefix else cfg.get("state_size")
+    conv = cfg.get(f"{prefix}d_conv") if prefix else cfg.get("conv_kernel")
+    return Mamba1(inner, int(state or 16), int(conv or 4), int(rank), dt_norms)
+
+
+def mamba_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Pure state-space models: Mamba-2 (transformers' Mamba2Config: num_heads × head_dim,
+    state_size, n_groups, conv_kernel) or Mamba / FalconMamba, one mixer per block and no
+    MLP."""
+    model_type = str(cfg.get("model_type", ""))
+    if model_type not in PURE_SSM_TYPES:
+        return None
+    if model_type == "mamba2":
+        mixer: Mixer = Mamba2(whole(cfg, "num_heads", name=name), whole(cfg, "head_dim", name=name),
+                              whole(cfg, "state_size", name=name), whole(cfg, "n_groups", 1, name=name),
+                              whole(cfg, "conv_kernel", 4, name=name))
+    else:
+        mixer = _mamba1(cfg, name)
+    return (Layer(mixer, None),) * cfg.num_layers
+
+
+def granite_hybrid_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Granite-4.0 hybrids (transformers' GraniteMoeHybridDecoderLayer): a Mamba-2 or an
+    attention mixer per ``layer_types`` entry, then in every layer the routed experts (when
+    ``num_local_experts``) and a shared MLP of ``shared_intermediate_size``. The Mamba-2
+    mixer is mamba_expand × hidden wide in mamba_n_heads heads."""
+    types = cfg.get("layer_types")
+    if cfg.get("model_type") != "granitemoehybrid" or not isinstance(types, list):
+        return None
+    hidden = whole(cfg, "hidden_size", name=name)
+    heads = positive(cfg, "mamba_n_heads", name=name)
+    inner = int((cfg.get("mamba_expand") or 2) * hidden)
+    mamba = Mamba2(heads, int(cfg.get("mamba_d_head") or inner // heads),
+                   whole(cfg, "mamba_d_state", name=name), whole(cfg, "mamba_n_groups", 1, name=name),
+                   whole(cfg, "mamba_d_conv", 4, name=name))
+    shared = whole(cfg, "shared_intermediate_size", name=name)
+    if cfg.get("num_local_experts"):
+        mlp: MLP = MoE(whole(cfg, "num_local_experts", name=name),
+                       whole(cfg, "num_experts_per_tok", name=name),
+                       whole(cfg, "intermediate_size", name=name), shared_width=shared)
+    else:
+        mlp = DenseMLP(shared)
+    full = attention(cfg, name)
+    unknown = sorted({str(t) for t in types} - {"mamba", "attention"})
+    if unknown:
+        raise InputError(f"{name}: layer_types has unknown kinds {unknown}; phasewise knows "
+                         "mamba and attention.")
+    return tuple(Layer(mamba if kind == "mamba" else full, mlp) for kind in types)
+
+
+def jamba_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Jamba (transformers' JambaConfig): attention where i % attn_layer_period ==
+    attn_layer_offset, Mamba elsewhere (with RMSNorms over dt, B and C); a MoE where
+    i % expert_layer_period == expert_layer_offset, a dense MLP elsewhere."""
+    if cfg.get("model_type") != "jamba":
+        return None
+    attn_period = positive(cfg, "attn_layer_period", 8, name=name)
+    attn_offset = whole(cfg, "attn_layer_offset", 4, name=name)
+    expert_period = positive(cfg, "expert_layer_period", 2, name=name)
+    expert_offset = whole(cfg, "expert_layer_offset", 1, name=name)
+    mamba = _mamba1(cfg, name, prefix="mamba_", dt_norms=True)
+    full = attention(cfg, name)
+    width = whole(cfg, "intermediate_size", name=name)
+    experts = moe(cfg, name, is_gated=True) if cfg.get("num_experts", 0) > 1 else None
+    dense = DenseMLP(width)
+    return tuple(Layer(full if i % attn_period == attn_offset else mamba,
+                       experts if experts and i % expert_period == expert_offset else dense)
+                 for i in range(cfg.num_layers))
+
+
+def arctic_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Snowflake Arctic (transformers' ArcticDecoderLayer): a MoE every moe_layer_frequency
+    layers, and with ``parallel_attn_mlp_res`` a residual dense MLP beside it, hidden wide
+    (ArcticMLP(is_residual_mlp=True) sets ffn_dim = hidden_size)."""
+    if cfg.get("model_type") != "arctic":
+        return None
+    hidden = whole(cfg, "hidden_size", name=name)
+    freq = positive(cfg, "moe_layer_frequency", 2, name=name)
+    experts = moe(cfg, name, is_gated=True)
+    residual = hidden if cfg.get("parallel_attn_mlp_res") else 0
+    beside = MoE(experts.experts, experts.top_k, experts.width, dense_width=residual)
+    dense = DenseMLP(whole(cfg, "intermediate_size", name=name))
+    full = attention(cfg, name)
+    return tuple(Layer(full, beside if (i + 1) % freq == 0 else dense)
+                 for i in range(cfg.num_layers))
+
+
+def falcon_h1_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Falcon-H1 (transformers' FalconH1DecoderLayer): attention and a Mamba-2 mixer read the
+    same normed input and add their outputs, then a gated MLP. The Mamba-2 mixer has
+    mamba_n_heads × mamba_d_head channels (mamba_d_ssm when given); ``attn_layer_indices``,
+    when set, lists the layers that have attention at all."""
+    if cfg.get("model_type") != "falcon_h1":
+        return None
+    hidden = whole(cfg, "hidden_size", name=name)
+    heads = positive(cfg, "mamba_n_heads", name=name)
+    inner = cfg.get("mamba_d_ssm") or (cfg.get("mamba_d_head") or 0) * heads \
+        or int((cfg.get("mamba_expand") or 2) * hidden)
+    mamba = Mamba2(heads, int(inner) // heads, whole(cfg, "mamba_d_state", name=name),
+                   whole(cfg, "mamba_n_groups", 1, name=name), whole(cfg, "mamba_d_conv", 4, name=name))
+    listed = cfg.get("attn_layer_indices")
+    with_attention = set(range(cfg.num_layers)) if not isinstance(listed, list) \
+        else {int(i) for i in listed}
+    both = ParallelMixers((attention(cfg, name), mamba))
+    mlp = DenseMLP(whole(cfg, "intermediate_size", name=name)) \
+        if cfg.get("mamba_use_mlp", True) else None
+    return tuple(Layer(both if i in with_attention else mamba, mlp) for i in range(cfg.num_layers))
+
+
+MINIMAX_TYPES = {"minimax", "minimax_m1", "minimax_text_01"}
+
+
+def minimax_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """MiniMax-Text-01 / M1: lightning (linear) attention layers and softmax layers as
+    ``attn_type_list`` gives them (0 lightning, 1 softmax) or ``layer_types``
+    ("linear_attention", "full_attention"), every layer a MoE."""
+    if cfg.get("model_type") not in MINIMAX_TYPES:
+        return None
+    listed = cfg.get("attn_type_list")
+    types = cfg.get("layer_types")
+    if isinstance(listed, list):
+        linear = [int(k) == 0 for k in listed]
+    elif isinstance(types, list):
+        linear = ["linear" in str(k) for k in types]
+    else:
+        return None
+    full = attention(cfg, name)
+    lightning = LinearAttention(full.heads, full.heads, full.head_dim, full.head_dim, 0,
+                                "lightning")
+    experts = moe(cfg, name, is_gated=True)
+    return tuple(Layer(lightning if is_linear else full, experts) for is_linear in linear)
+
+
+def low_rank_query_layers(uniform: Any, cfg: Config, name: str) -> tuple[Layer, ...]:
+    """Step-3's multi-matrix factorisation attention: every attention layer's query goes
+    through a rank of ``share_q_dim`` (transformers/vLLM Step3TextAttention)."""
+    from dataclasses import replace
+
+    from phasewise.specs.model import uniform_layers
+
+    rank = whole(cfg, "share_q_dim", name=name)
+    return tuple(Layer(replace(layer.mixer, q_rank=rank) if isinstance(layer.mixer, Attention)
+                       else layer.mixer, layer.mlp) for layer in uniform_layers(uniform))
+
+
+def bamba_layers(cfg: Config, name: str) -> tuple[Layer, ...] | None:
+    """Bamba (transformers' BambaDecoderLayer): attention at ``attn_layer_indices``, a Mamba-2
+    mixer of mamba_n_heads × mamba_d_head elsewhere, a gated MLP in every layer."""
+    listed = cfg.get("attn_layer_indices")
+    if cfg.get("model_type") != "bamba" or not isinstance(listed, list):
+        return None
+    hidden = whole(cfg, "hidden_size", name=name)
+    heads = positive(cfg, "mamba_n_heads", name=name)
+    head_dim = int(cfg.get("mamba_d_head") or (cfg.get("mamba_expand") or 2) * hidden // heads)
+    mamba = Mamba2(heads, head_dim, whole(cfg, "mamba_d_state", name=name),
+                   whole(cfg, "mamba_n_groups", 1, name=name), whole(cfg, "mamba_d_conv", 4, name=name))
+    full = attention(cfg, name)
+    mlp = DenseMLP(whole(cfg, "intermediate_size", name=name))
+    at = {int(i) for i in listed}
+    return tuple(Layer(full if i in at else mamba, mlp) for i in range(cfg.num_layers))

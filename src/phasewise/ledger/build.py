@@ -45,8 +45,10 @@ from phasewise.specs.model import (
     LinearAttention,
     LinearMixer,
     LinearMLP,
+    Mamba1,
     Mamba2,
     MoE,
+    ParallelMixers,
     ShortConv,
 )
 
@@ -71,6 +73,9 @@ KV_CONVERT_FLOPS_PER_ELEMENT = 2
 # recurrence (Dao & Gu 2024, §3): decay (1), B·x (2), C·h (2). The conv costs 2 per tap.
 DELTA_RULE_FLOPS_PER_STATE_ELEMENT = 7
 SSM_FLOPS_PER_STATE_ELEMENT = 5
+# Lightning attention's recurrence per state element and token: decay and add kᵀv (3) and
+# the readout q·S (2), MiniMax-01 report §2.2.
+LIGHTNING_FLOPS_PER_STATE_ELEMENT = 5
 CONV_FLOPS_PER_TAP = 2
 # DeepSeek-V4's compressor pools r (or 2r) projected tokens into one entry with a softmax
 # over their scores, (kv * score.softmax(dim)).sum(dim) (Compressor.forward): exp, sum and
@@ -294,6 +299,11 @@ def _mixer_ops(model: ModelSpec, mixer, step: Step, shard: _Shard, par: Parallel
         return _linear_attention(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, Mamba2):
         return _mamba2(model, mixer, shard, par, layers, calls)
+    if isinstance(mixer, Mamba1):
+        return _mamba1(model, mixer, shard, par, layers, calls)
+    if isinstance(mixer, ParallelMixers):  # each part on the same input, outputs summed
+        return [op for part in mixer.parts
+                for op in _mixer_ops(model, part, step, shard, par, layers, calls)]
     if isinstance(mixer, ShortConv):
         return _short_conv(model, mixer, shard, par, layers, calls)
     if isinstance(mixer, CrossAttention):
@@ -313,8 +323,13 @@ def _attention(model: ModelSpec, mixer: Attention, step: Step, shard: _Shard, pa
     h, tp = model.hidden_size, par.tp
     heads, kv_heads = mixer.heads / tp, max(1.0, mixer.kv_heads / tp)
     q_width = heads * mixer.head_dim * (2 if mixer.gated else 1)
-    qkv_width = q_width + kv_heads * (mixer.head_dim + mixer.v_dim)
-    ops = [_gemm("attn.qkv", layers, calls, shard.tokens, qkv_width, h, shard)]
+    kv_width = kv_heads * (mixer.head_dim + mixer.v_dim)
+    if mixer.q_rank:  # down to the query rank beside K and V (replicated), norm, then up
+        ops = [_gemm("attn.qkv", layers, calls, shard.tokens, mixer.q_rank + kv_width, h, shard),
+               _norm("attn.q_norm", layers, calls, mixer.q_rank, shard),
+               _gemm("attn.q_up", layers, calls, shard.tokens, q_width, mixer.q_rank, shard)]
+    else:
+        ops = [_gemm("attn.qkv", layers, calls, shard.tokens, q_width + kv_width, h, shard)]
     ops.append(_attention_core(mixer, step, shard, layers, calls, par.attention_dp, tp))
     if shard.kv_convert:
         ops.append(_kv_convert(ops[-1], shard, layers, calls))
@@ -558,6 +573,8 @@ def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
     dk, dv = mixer.key_head_dim, mixer.value_head_dim
     conv_channels = 2 * nk * dk + nv * dv
     state = state_bytes_per_sequence(mixer, shard.kvb, tp)
+    if mixer.variant == "lightning":
+        return tuple(_lightning(model, mixer, shard, par, layers, calls))
     if mixer.variant == "kda":
         projections: tuple[Op, ...] = (
             _gemm("linear_attn.in_proj", layers, calls, t, conv_channels + 2 * dv + nv, h, shard),
@@ -577,6 +594,25 @@ def _linear_attention(model: ModelSpec, mixer: LinearAttention, shard: _Shard,
         _norm("linear_attn.norm", layers, calls, nv * dv, shard),
         _gemm("linear_attn.out", layers, calls, t, h, nv * dv, shard),
     )
+
+
+def _lightning(model: ModelSpec, mixer: LinearAttention, shard: _Shard, par: Parallelism,
+               layers: str, calls: int) -> list[Op]:
+    """MiniMax lightning attention in its recurrent form (MiniMax-01 report §2.2): qkv and
+    output-gate projections, per head the decayed state update S ← λS + kᵀv and readout qS
+    over a d × d state (read and written once per sequence per step), a norm, out_proj."""
+    h, t, tp = model.hidden_size, shard.tokens, par.tp
+    nv, dk, dv = mixer.value_heads / tp, mixer.key_head_dim, mixer.value_head_dim
+    state = state_bytes_per_sequence(mixer, shard.kvb, tp)
+    return [
+        _gemm("linear_attn.in_proj", layers, calls, t, 4 * nv * dv, h, shard),
+        Op("linear_attn.recurrence", "elementwise", layers, calls,
+           LIGHTNING_FLOPS_PER_STATE_ELEMENT * nv * dk * dv * t * calls,
+           kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
+           activations=4 * nv * dv * t * shard.ab * calls),
+        _norm("linear_attn.norm", layers, calls, nv * dv, shard),
+        _gemm("linear_attn.out", layers, calls, t, h, nv * dv, shard),
+    ]
 
 
 @lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
@@ -602,6 +638,30 @@ def _mamba2(model: ModelSpec, mixer: Mamba2, shard: _Shard, par: Parallelism, la
         _norm("ssm.norm", layers, calls, inner, shard),
         _gemm("ssm.out", layers, calls, t, h, inner, shard),
     )
+
+
+def _mamba1(model: ModelSpec, mixer: Mamba1, shard: _Shard, par: Parallelism, layers: str,
+            calls: int) -> list[Op]:
+    """Mamba: in_proj to (x, z), the conv over x, x_proj to (dt, B, C) and dt_proj back to
+    inner, the selective scan over a fixed state (read and written once per sequence per
+    step), gating by z, out_proj (Gu & Dao 2023, Algorithm 2; transformers' MambaMixer)."""
+    h, t, tp = model.hidden_size, shard.tokens, par.tp
+    inner, rank, state_size = mixer.inner / tp, mixer.dt_rank, mixer.state_size
+    state = state_bytes_per_sequence(mixer, shard.kvb, tp)
+    return [
+        _gemm("ssm.in_proj", layers, calls, t, 2 * inner, h, shard),
+        Op("ssm.conv", "elementwise", layers, calls,
+           CONV_FLOPS_PER_TAP * mixer.conv_kernel * inner * t * calls,
+           weights=inner * (mixer.conv_kernel + 1) * shard.wb * calls,
+           activations=2 * inner * t * shard.ab * calls),
+        _gemm("ssm.x_proj", layers, calls, t, rank + 2 * state_size, inner, shard),
+        _gemm("ssm.dt_proj", layers, calls, t, inner, rank, shard),
+        Op("ssm.scan", "elementwise", layers, calls,
+           SSM_FLOPS_PER_STATE_ELEMENT * inner * state_size * t * calls,
+           kv_read=shard.sequences * state * calls, kv_write=shard.sequences * state * calls,
+           activations=3 * inner * t * shard.ab * calls),
+        _gemm("ssm.out", layers, calls, t, h, inner, shard),
+    ]
 
 
 @lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)

@@ -21,9 +21,11 @@ from phasewise.specs.model import (
     LinearAttention,
     LinearMixer,
     LinearMLP,
+    Mamba1,
     Mamba2,
     Mixer,
     MoE,
+    ParallelMixers,
     ShortConv,
     projection_names,
 )
@@ -55,7 +57,8 @@ def mixer_params(mixer: Mixer, hidden: int) -> float:
 
 @mixer_params.register
 def _(mixer: Attention, hidden: int) -> float:
-    """Q (doubled by an output gate), K, V and O projections."""
+    """Q (doubled by an output gate), K, V and O projections; a low-rank query as its down
+    projection, norm and up projection (Step-3's Step3vAttention: q_proj, inter_norm, wq)."""
     return sum(params for _, params in mixer_projections(mixer, hidden))
 
 
@@ -78,10 +81,17 @@ def mixer_projections(mixer: Mixer, hidden: int) -> tuple[tuple[str, float], ...
 
 @mixer_projections.register
 def _(mixer: Attention, hidden: int) -> tuple[tuple[str, float], ...]:
+    """transformers' LlamaAttention: q_proj (doubled by an output gate), k_proj, v_proj,
+    o_proj; a low-rank query (Step-3's Step3vAttention) as its down projection q_proj, the
+    norm inter_norm and the up projection wq."""
     q = mixer.heads * mixer.head_dim * (2 if mixer.gated else 1)
-    sizes = (hidden * q, hidden * mixer.kv_heads * mixer.head_dim,
-             hidden * mixer.kv_heads * mixer.v_dim, mixer.heads * mixer.v_dim * hidden)
-    return tuple(zip(projection_names(mixer), map(float, sizes), strict=True))
+    kv = ((hidden * mixer.kv_heads * mixer.head_dim, hidden * mixer.kv_heads * mixer.v_dim,
+           mixer.heads * mixer.v_dim * hidden))
+    if mixer.q_rank:
+        low_rank = (("q_proj", float(hidden * mixer.q_rank)), ("norm", float(mixer.q_rank)),
+                    ("wq", float(mixer.q_rank * q)))
+        return low_rank + tuple(zip(("k_proj", "v_proj", "o_proj"), map(float, kv), strict=True))
+    return tuple(zip(projection_names(mixer), map(float, (hidden * q, *kv)), strict=True))
 
 
 @mixer_projections.register
@@ -176,6 +186,8 @@ def _(mixer: LinearAttention, hidden: int) -> float:
     (g_a, g_b) projections of rank = head dim, b_proj (β per head), convs, A_log per head,
     dt_bias per key channel, norm and o_proj."""
     nk, nv, dk, dv = mixer.key_heads, mixer.value_heads, mixer.key_head_dim, mixer.value_head_dim
+    if mixer.variant == "lightning":
+        return lightning_params(mixer, hidden)
     conv_channels = 2 * nk * dk + nv * dv
     if mixer.variant == "kda":
         low_rank = 2 * hidden * dv + dv * nk * dk + dv * nv * dv  # f_a/f_b, g_a/g_b
@@ -183,6 +195,19 @@ def _(mixer: LinearAttention, hidden: int) -> float:
                 + nv + nk * dk + dv + nv * dv * hidden)
     projections = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv
     return (projections + conv_channels * mixer.conv_kernel + 2 * nv + dv + nv * dv * hidden)
+
+
+def lightning_params(mixer: LinearAttention, hidden: int) -> float:
+    """MiniMax lightning attention (MiniMax-01 report §2.2; vLLM's MiniMaxText01LinearAttention):
+    qkv_proj h→3·heads·d, an output gate h→heads·d, an RMSNorm over heads·d, out_proj
+    heads·d→h; no convolution."""
+    width = mixer.value_heads * mixer.value_head_dim
+    return hidden * 3 * width + hidden * width + width + width * hidden
+
+
+@mixer_params.register
+def _(mixer: ParallelMixers, hidden: int) -> float:
+    return sum(mixer_params(part, hidden) for part in mixer.parts)
 
 
 @mixer_params.register
@@ -194,6 +219,18 @@ def _(mixer: Mamba2, hidden: int) -> float:
     in_proj = hidden * (2 * mixer.inner + 2 * mixer.groups * mixer.state_size + mixer.heads)
     conv = conv_channels * (mixer.conv_kernel + 1)
     return in_proj + conv + 3 * mixer.heads + mixer.inner + mixer.inner * hidden
+
+
+@mixer_params.register
+def _(mixer: Mamba1, hidden: int) -> float:
+    """Mamba (transformers' MambaMixer / JambaMambaMixer): in_proj h→2·inner (x, z), a
+    depthwise conv with bias over x, x_proj inner→(dt_rank + 2·state) for dt, B and C,
+    dt_proj dt_rank→inner with bias, A_log (inner × state) and D, out_proj inner→h; Jamba's
+    RMSNorms over dt, B and C."""
+    inner, state, rank = mixer.inner, mixer.state_size, mixer.dt_rank
+    norms = rank + 2 * state if mixer.dt_norms else 0
+    return (hidden * 2 * inner + inner * (mixer.conv_kernel + 1) + inner * (rank + 2 * state)
+            + rank * inner + inner + inner * state + inner + inner * hidden + norms)
 
 
 @mixer_params.register
@@ -304,6 +341,11 @@ def _(mixer: CompressedAttention, kv_bytes: float, tp: int = 1) -> float:
     return per_token
 
 
+@kv_bytes_per_token.register
+def _(mixer: ParallelMixers, kv_bytes: float, tp: int = 1) -> float:
+    return sum(kv_bytes_per_token(part, kv_bytes, tp) for part in mixer.parts)
+
+
 @singledispatch
 def state_bytes_per_sequence(mixer: Mixer | None, state_bytes: float, tp: int = 1) -> float:
     """Fixed recurrent state one sequence holds in one layer, on one device: it does not grow
@@ -316,6 +358,8 @@ def _(mixer: LinearAttention, state_bytes: float, tp: int = 1) -> float:
     """The delta-rule state, value_heads × d_k × d_v, and the conv's last kernel−1 inputs
     over q, k and v; heads split tp ways."""
     nv = mixer.value_heads / tp
+    if mixer.variant == "lightning":  # the kv state per head, d × d; no convolution
+        return nv * mixer.key_head_dim * mixer.value_head_dim * state_bytes
     conv_channels = (2 * mixer.key_heads * mixer.key_head_dim
                      + mixer.value_heads * mixer.value_head_dim) / tp
     return (nv * mixer.key_head_dim * mixer.value_head_dim
@@ -353,6 +397,19 @@ def _pooling_state_elements(ratio: int, head_dim: int, overlap: bool) -> int:
 
 
 @state_bytes_per_sequence.register
+def _(mixer: Mamba1, state_bytes: float, tp: int = 1) -> float:
+    """The SSM state, inner × state_size, and the conv's last kernel−1 inputs over inner
+    channels (Mamba §3.3: the recurrent mode's state is constant in sequence length)."""
+    return (mixer.inner * mixer.state_size + (mixer.conv_kernel - 1) * mixer.inner) \
+        * state_bytes / tp
+
+
+@state_bytes_per_sequence.register
+def _(mixer: ParallelMixers, state_bytes: float, tp: int = 1) -> float:
+    return sum(state_bytes_per_sequence(part, state_bytes, tp) for part in mixer.parts)
+
+
+@state_bytes_per_sequence.register
 def _(mixer: ShortConv, state_bytes: float, tp: int = 1) -> float:
     """The conv's last kernel−1 inputs, width channels (vLLM's ShortConv state)."""
     return (mixer.kernel - 1) * mixer.width * state_bytes / tp
@@ -361,6 +418,9 @@ def _(mixer: ShortConv, state_bytes: float, tp: int = 1) -> float:
 def held_tokens(mixer: Mixer | None, context_tokens: int) -> int:
     """Cached tokens a layer keeps for a sequence of ``context_tokens``: a sliding window
     keeps at most its window, chunked attention its current chunk, the rest everything."""
+    if isinstance(mixer, ParallelMixers):  # the parts with a KV cache (Falcon-H1: one)
+        return max((held_tokens(part, context_tokens) for part in mixer.parts
+                    if isinstance(part, Attention)), default=context_tokens)
     if isinstance(mixer, Attention):
         if mixer.window:
             return min(context_tokens, mixer.window)

@@ -49,7 +49,7 @@ _DOCUMENT_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec)
                          if f.init and f.name not in ("layer_specs", "mtp_layers", "checkpoint"))
 _PART_KINDS = {kind.__name__: kind for kind in (
     model_parts.Attention, model_parts.LatentAttention, model_parts.LinearAttention,
-    model_parts.Mamba2, model_parts.ShortConv, model_parts.CrossAttention,
+    model_parts.Mamba2, model_parts.Mamba1, model_parts.ShortConv, model_parts.CrossAttention,
     model_parts.LinearMixer, model_parts.DenseMLP, model_parts.MoE, model_parts.LinearMLP)}
 
 

@@ -62,6 +62,7 @@ ACTIVATIONS = {
     "silu": F.silu, "swish": F.silu, "relu": F.relu, "gelu": F.gelu,
     "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, Primer; Nemotron-H)
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),  # transformers' FastGELUActivation
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
 
@@ -265,6 +266,10 @@ def _unbuildable(mixer: layers.Mixer | None) -> str:
     """Why a mixer's geometry has no reference form, or ''."""
     if isinstance(mixer, layers.CompressedAttention):
         return "DeepSeek-V4's compressed attention (CSA/HCA) has no reference module yet"
+    if isinstance(mixer, layers.LinearAttention) and mixer.variant == "lightning":
+        return "lightning attention has no reference module"
+    if isinstance(mixer, layers.Attention) and mixer.q_rank:
+        return "a low-rank query (q_rank) has no reference module"
     sizes = {layers.Mamba2: ("heads", "head_dim", "state_size", "groups", "conv_kernel"),
              layers.LinearAttention: ("key_heads", "value_heads", "key_head_dim",
                                       "value_head_dim", "conv_kernel"),

@@ -13,16 +13,18 @@ from phasewise.specs.model import (
                                    LinearAttention,
                                    LinearMixer,
                                    LinearMLP,
+                                   Mamba1,
                                    Mamba2,
                                    Mixer,
                                    ModelSpec,
                                    MoE,
+                                   ParallelMixers,
 )
 from phasewise.specs.precision import FORMATS, NumberFormat, Precision, number_format
 from phasewise.specs.workload import Parallelism, Workload
 
 __all__ = ["DEVICE_CLASSES", "FORMATS", "HardwareSpec", "LayerGroup", "Link", "ModelSpec",
            "MLP", "Attention", "CheckpointFormats", "CompressedAttention", "DenseMLP",
-           "LatentAttention", "Layer",
-           "LinearAttention", "LinearMixer", "LinearMLP", "Mamba2", "Mixer", "MoE",
+           "LatentAttention", "Layer", "LinearAttention", "LinearMixer", "LinearMLP", "Mamba1",
+           "Mamba2", "Mixer", "ParallelMixers", "MoE",
            "NumberFormat", "Parallelism", "Precision", "Price", "Workload", "number_format"]

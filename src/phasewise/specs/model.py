@@ -25,7 +25,9 @@ class Attention:
     """Softmax attention over a KV cache of ``kv_heads`` × (``head_dim`` keys, ``v_dim``
     values) per token. ``window``: a sliding window; ``chunk``: chunked local attention
     (Llama-4: a query sees the keys of its own chunk); ``gated``: an output gate projected
-    beside the query (Qwen3-Next), which doubles the query projection."""
+    beside the query (Qwen3-Next), which doubles the query projection; ``q_rank``: a
+    low-rank query, hidden → q_rank, a norm, then q_rank → heads·head_dim (Step-3's
+    multi-matrix factorisation attention, ``share_q_dim``)."""
 
     heads: int
     kv_heads: int
@@ -34,6 +36,7 @@ class Attention:
     window: int | None = None
     chunk: int | None = None
     gated: bool = False
+    q_rank: int = 0
 
     @property
     def v_dim(self) -> int:
@@ -160,6 +163,23 @@ class Mamba2:
 
 
 @dataclass(frozen=True, slots=True)
+class Mamba1:
+    """A Mamba (selective SSM, Gu & Dao 2023) mixer: ``inner`` channels, a state of
+    ``state_size`` per channel, a causal convolution of ``conv_kernel`` taps and a low-rank
+    time step of ``dt_rank``; ``dt_norms``: RMSNorms over dt, B and C (Jamba's mixer)."""
+
+    inner: int
+    state_size: int
+    conv_kernel: int
+    dt_rank: int
+    dt_norms: bool = False
+
+    @property
+    def label(self) -> str:
+        return "mamba1"
+
+
+@dataclass(frozen=True, slots=True)
 class ShortConv:
     """LFM2's gated short convolution: in_proj to (B, C, x) of ``width`` each, a depthwise
     causal conv of ``kernel`` taps over B·x, C gating, out_proj; a state of kernel−1 inputs."""
@@ -196,8 +216,20 @@ class LinearMixer:
         return "linear"
 
 
-Mixer = (Attention | LatentAttention | CompressedAttention | LinearAttention | Mamba2 | ShortConv
-         | CrossAttention | LinearMixer)
+@dataclass(frozen=True, slots=True)
+class ParallelMixers:
+    """Token mixers that read the same normed input side by side and add their outputs
+    (Falcon-H1: attention and Mamba-2 in every layer); each part keeps its own cache."""
+
+    parts: tuple[Attention | Mamba2, ...]
+
+    @property
+    def label(self) -> str:
+        return "+".join(part.label for part in self.parts)
+
+
+Mixer = (Attention | LatentAttention | CompressedAttention | LinearAttention | Mamba2 | Mamba1
+         | ShortConv | CrossAttention | LinearMixer | ParallelMixers)
 
 
 def projection_names(mixer: Mixer | None) -> tuple[str, ...]:
@@ -417,8 +449,15 @@ class ModelSpec:
 
     @property
     def mixers(self) -> tuple[Mixer, ...]:
-        """The distinct token mixers, one per layer group."""
-        return tuple(g.layer.mixer for g in self._groups if g.layer.mixer is not None)
+        """The distinct token mixers, one per layer group, parallel parts each on its own."""
+        mixers: list[Mixer] = []
+        for group in self._groups:
+            mixer = group.layer.mixer
+            if isinstance(mixer, ParallelMixers):
+                mixers += mixer.parts
+            elif mixer is not None:
+                mixers.append(mixer)
+        return tuple(mixers)
 
     @property
     def is_moe(self) -> bool:
@@ -431,7 +470,8 @@ class ModelSpec:
     @property
     def is_hybrid(self) -> bool:
         """Some layers hold a fixed recurrent state instead of a KV cache."""
-        return any(isinstance(m, LinearAttention | Mamba2 | ShortConv) for m in self.mixers)
+        return any(isinstance(m, LinearAttention | Mamba2 | Mamba1 | ShortConv)
+                   for m in self.mixers)
 
     @property
     def is_sliding_any(self) -> bool:
@@ -482,6 +522,12 @@ def _group(layers: tuple[Layer, ...]) -> tuple[LayerGroup, ...]:
 
 def _check_layer(name: str, layer: Layer) -> None:
     """Every width of a layer is a positive whole number; heads divide as attention needs."""
+    if isinstance(layer.mixer, ParallelMixers):
+        if not layer.mixer.parts:
+            raise InputError(f"model '{name}': a parallel mixer needs at least one part.")
+        for part in layer.mixer.parts:
+            _check_layer(name, Layer(part, layer.mlp))
+        return
     for part in (layer.mixer, layer.mlp):
         if part is None:
             continue
@@ -500,6 +546,13 @@ def _check_layer(name: str, layer: Layer) -> None:
                              "possible (heads must be a positive multiple of KV heads).")
     if isinstance(mixer, CompressedAttention):
         _check_compressed(name, mixer)
+    if isinstance(layer.mlp, DenseMLP) and layer.mlp.width < 1:
+        raise InputError(f"model '{name}': a dense MLP of width {layer.mlp.width} is not "
+                         "possible; does the config.json lack intermediate_size?")
+    if isinstance(layer.mlp, MoE) and (layer.mlp.width < 1 or layer.mlp.experts < 1):
+        raise InputError(f"model '{name}': a MoE of {layer.mlp.experts} experts "
+                         f"{layer.mlp.width} wide is not possible; check the config.json's "
+                         "expert count and moe_intermediate_size.")
     if isinstance(layer.mlp, MoE) and not 0 < layer.mlp.top_k <= layer.mlp.experts:
         raise InputError(f"model '{name}': experts per token must be in 1..{layer.mlp.experts}, "
                          f"got {layer.mlp.top_k}.")
