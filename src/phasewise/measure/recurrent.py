@@ -84,7 +84,8 @@ class GatedRMSNorm(nn.Module):
 class Mamba2Mixer(nn.Module):
     """Mamba-2 (Dao & Gu 2024, "Transformers are SSMs": the SSM recurrence of §3 in the
     Mamba-2 block of §7; transformers' Mamba2Mixer.torch_forward and NemotronHMamba2Mixer).
-    in_proj gives (z, xBC, dt); a causal conv and SiLU over xBC; per head h and token t, with Δ = softplus(dt + dt_bias) and A = −exp(A_log),
+    in_proj gives (z, xBC, dt); a causal conv and SiLU over xBC; per head h and token t,
+    with Δ = softplus(dt + dt_bias) and A = −exp(A_log),
     the state S (head_dim × state) becomes exp(Δ·A)·S + Δ·x ⊗ B and the output is S·C + D·x;
     a gated RMSNorm with z per group; out_proj."""
 
