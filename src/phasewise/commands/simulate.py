@@ -22,10 +22,16 @@ from phasewise.commands._app import (
     given,
     ints,
     kv_dtype_option,
-    numbers,
     refuse_unused,
     split_list,
     weight_dtype_option,
+)
+from phasewise.commands._loads import (
+    ClosedLoad,
+    Load,
+    StreamSpec,
+    TraceLoad,
+    loads_from_flags,
 )
 from phasewise.commands._whatif import MAX_SPEC_TOKENS
 from phasewise.errors import InputError
@@ -219,8 +225,9 @@ def simulate(
         preset=preset, price_cache={})  # the runs of a sweep price each step shape once
     pools = _pools(hardware, decode_hardware, par, prefill_tp, decode_tp, prefill_ep, decode_ep,
                    replicas, prefill_replicas, decode_replicas)
-    loads = _loads(request_rate, clients, trace, _duration_s(think_time, "--think-time"),
-                   _duration_s(ramp_up, "--ramp-up") or 0.0)
+    loads = loads_from_flags(request_rate, clients, trace,
+                             _duration_s(think_time, "--think-time"),
+                             _duration_s(ramp_up, "--ramp-up") or 0.0)
     slo = None
     if ttft is not None or tpot is not None:
         if not 0 < slo_percentile <= 100:
@@ -232,19 +239,14 @@ def simulate(
     if not single and (requests_out or trace_out):
         raise InputError("--requests-out and --trace-out need a single run; give one "
                          "--scheduler and one --rate or --clients value.")
-    if not 0 < range_ratio <= 1:
-        raise InputError(f"--random-range-ratio {range_ratio}: give a ratio in (0, 1].")
-    if warmup < 0 or warmup >= num_requests:
-        raise InputError(f"--warmup {warmup}: give 0 or more requests, fewer than "
-                         f"--num-requests {num_requests}.")
-    stream = dict(num_requests=num_requests, isl=isl, osl=osl, arrival=arrival, cv=cv, seed=seed,
-                  prefix_hit_rate=prefix_hit_rate, range_ratio=range_ratio, warmup=warmup)
+    stream = StreamSpec(num_requests, isl, osl, arrival, cv, seed, prefix_hit_rate, range_ratio,
+                        warmup)
     results = []
     for name, load in runs:
         server = _server(name, pools, server_args, cost)
         requests, workload = _requests(load, stream)
-        closed = ClosedLoop(load["clients"], load["think_s"], load["ramp_s"]) \
-            if load.get("clients") else None
+        closed = ClosedLoop(load.clients, load.think_s, load.ramp_s) \
+            if isinstance(load, ClosedLoad) else None
         results.append(_run(server, requests, closed, workload, slo, bucket_tokens,
                             memory_budget, progress and single, warmup, quantiles))
     _render(results, fmt, slo, requests_out, trace_out, plot, detail)
@@ -377,21 +379,6 @@ def _pools(hardware: str, decode_hardware: str | None, par: Any, prefill_tp: int
             "decode": Pool(decode_hardware or hardware, back_par, decode_replicas or replicas)}
 
 
-def _loads(rate_text: str | None, clients_text: str | None, trace: str | None,
-           think_s: float | None, ramp_s: float = 0.0) -> list[dict]:
-    given = [flag for flag, v in (("--rate", rate_text), ("--clients", clients_text),
-                                  ("--trace", trace)) if v is not None]
-    if len(given) > 1:
-        raise InputError(f"{' and '.join(given)} each set the load; give one of them.")
-    if trace is not None:
-        return [{"trace": trace}]
-    if clients_text is not None:
-        return [{"clients": c, "think_s": think_s or 0.0, "ramp_s": ramp_s}
-                for c in _positive(ints(clients_text, "--clients"), "--clients")]
-    rates = numbers(rate_text or "4", "--rate", above=0.0, maximum=1e9, example="4")
-    return [{"rate": r} for r in _positive(rates, "--rate")]
-
-
 def _positive(values: list, flag: str) -> list:
     for v in values:
         if not v > 0:
@@ -410,33 +397,29 @@ def _server(name: str, pools: dict, server_args: dict, cost: str | None) -> Any:
                   cost=cost or DEFAULT_COST_MODEL, **server_args)
 
 
-def _requests(load: dict, stream: dict) -> tuple[Any, dict]:
+def _requests(load: Load, stream: StreamSpec) -> tuple[Any, dict]:
+    """The requests ``load`` sends, and the workload the document records for them."""
     import numpy as np
 
     from phasewise.serving import load_trace, parse_lengths, synthetic
     from phasewise.serving.requests import open_loop, range_lengths
 
-    if "trace" in load:
-        requests = load_trace(load["trace"])
-        return requests, {"trace": load["trace"], "num_requests": len(requests)}
-    n = stream["num_requests"]
-    rng = np.random.default_rng(stream["seed"])
-    ratio = stream["range_ratio"]
-    input_lengths = range_lengths(parse_lengths(stream["isl"], "--isl"), ratio)
-    output_lengths = range_lengths(parse_lengths(stream["osl"], "--osl"), ratio)
-    workload = {"num_requests": n, "isl": stream["isl"], "osl": stream["osl"],
-                "seed": stream["seed"], "prefix_hit_rate": stream["prefix_hit_rate"],
-                "random_range_ratio": ratio, "warmup": stream["warmup"]}
-    if "clients" in load:
+    if isinstance(load, TraceLoad):
+        requests = load_trace(load.path)
+        return requests, {"trace": load.path, "num_requests": len(requests)}
+    n, rng = stream.num_requests, np.random.default_rng(stream.seed)
+    input_lengths = range_lengths(parse_lengths(stream.isl, "--isl"), stream.range_ratio)
+    output_lengths = range_lengths(parse_lengths(stream.osl, "--osl"), stream.range_ratio)
+    if isinstance(load, ClosedLoad):
         requests = synthetic(n, input_lengths, output_lengths, rng,
-                             prefix_hit_rate=stream["prefix_hit_rate"])
-        return requests, {**workload, "clients": load["clients"], "think_time_s": load["think_s"],
-                          "ramp_up_s": load["ramp_s"]}
-    requests = open_loop(n, input_lengths, output_lengths, rng, kind=stream["arrival"],
-                         rate_per_s=load["rate"], cv=stream["cv"],
-                         prefix_hit_rate=stream["prefix_hit_rate"])
-    return requests, {**workload, "arrival": stream["arrival"], "rate_rps": load["rate"],
-                      "cv": stream["cv"] if stream["arrival"] == "gamma" else None}
+                             prefix_hit_rate=stream.prefix_hit_rate)
+        return requests, {**stream.workload(), "clients": load.clients,
+                          "think_time_s": load.think_s, "ramp_up_s": load.ramp_s}
+    requests = open_loop(n, input_lengths, output_lengths, rng, kind=stream.arrival,
+                         rate_per_s=load.rate_rps, cv=stream.cv,
+                         prefix_hit_rate=stream.prefix_hit_rate)
+    return requests, {**stream.workload(), "arrival": stream.arrival, "rate_rps": load.rate_rps,
+                      "cv": stream.cv if stream.arrival == "gamma" else None}
 
 
 # ---------------------------------------------------------------- running and rendering
