@@ -34,6 +34,13 @@ from phasewise.commands._loads import (
     loads_from_flags,
 )
 from phasewise.commands._whatif import MAX_SPEC_TOKENS
+from phasewise.commands.options import (
+    engine_option,
+    isl_option,
+    one_tp,
+    osl_option,
+    tp_option,
+)
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -49,7 +56,6 @@ MAX_DURATION_S = 86_400.0
 # Each numeric flag's range, checked before anything runs (click's int and float types
 # let NaN, infinity and 1e300 through).
 FLAG_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
-    "tp": ("--tp", dict(kind=int, maximum=MAX_DEVICES)),
     "pp": ("--pp", dict(kind=int, maximum=MAX_DEVICES)),
     "ep": ("--ep", dict(kind=int, maximum=MAX_DEVICES)),
     "replicas": ("--replicas", dict(kind=int, maximum=MAX_REPLICAS)),
@@ -71,6 +77,16 @@ FLAG_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
     "bucket_tokens": ("--bucket-tokens", dict(kind=int, maximum=MAX_BLOCK_TOKENS)),
     "memory_budget": ("--memory-budget", dict(above=0.0, maximum=MAX_MEMORY_BUDGET_GIB)),
 }
+
+def _preset_help() -> str:
+    from phasewise.serving.presets import engine_names
+
+    return (f"; a serving preset ({', '.join(engine_names())}, a version after '@': vllm@0.19) "
+            "also sets its scheduler, budget, sequences, CUDA graphs, memory share, overlap "
+            "and fitted host time")
+
+
+_PRESET_HELP = _preset_help()
 # Runs this long (in requests) show a progress bar on a terminal.
 PROGRESS_MIN_REQUESTS = 2000
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(us|µs|ms|s)?\s*$", re.IGNORECASE)
@@ -83,7 +99,7 @@ def simulate(
                               "path or folder, or a Hugging Face repo id in the local cache."),
     hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H", help="Catalog device or "
                                  "TOML sheet (the prefill pool's when disaggregated)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree inside a replica."),
+    tp: str = tp_option(purpose="Tensor-parallel degree inside a replica"),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree inside a replica."),
     ep: int | None = typer.Option(None, "--ep", help="Expert-parallel degree inside a "
                                      "replica (MoE); above --tp, attention runs data-parallel "
@@ -96,11 +112,7 @@ def simulate(
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
     cost: str | None = typer.Option(None, "--cost", help="Cost model pricing each step."),
-    engine: str | None = typer.Option(None, "--engine", help="Serving engine preset: vllm, "
-                                         "sglang, trtllm or llama.cpp, a version after '@' "
-                                         "(vllm@0.19): its scheduler, budget, sequences, CUDA "
-                                         "graphs, memory share, overlap and fitted host time; "
-                                         "other names pick only the cost model's engine."),
+    engine: str | None = engine_option(more=_PRESET_HELP),
     calibration: str | None = calibration_option(),
     scheduler: str | None = typer.Option(None, "--scheduler", help="static, continuous, "
                                             "chunked, prefill-first, mixed or disaggregated "
@@ -173,9 +185,8 @@ def simulate(
                                     "to report (comma list)."),
     detail: bool = typer.Option(False, "--detail", help="Show the engine settings and host "
                                 "time per step."),
-    isl: str = typer.Option("1024", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
-                            "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
-    osl: str = typer.Option("256", "--osl", help="Output tokens, as --isl."),
+    isl: str = isl_option("distribution"),
+    osl: str = osl_option("distribution"),
     trace: str | None = typer.Option(None, "--trace", help="Replay a CSV/JSONL trace "
                                         "(arrival_s, input_tokens, output_tokens)."),
     prefix_hit_rate: float = typer.Option(0.0, "--prefix-hit-rate", help="Share of each prompt "
@@ -212,7 +223,7 @@ def simulate(
     if draft is not None or draft_head is not None:
         speculation = Speculation(spec_tokens, spec_accept, draft, draft_head)
         speculation.tokens_per_round  # noqa: B018 - checks γ and α before anything runs
-    par = _parallelism(tp, pp, ep, attention_dp)
+    par = _parallelism(one_tp(tp), pp, ep, attention_dp)
     preset = _preset(engine, hardware, par, cuda_graph_sizes, memory_fraction, host_overhead,
                      overlap, prefix_caching)
     server_args = dict(
