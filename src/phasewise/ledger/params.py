@@ -50,7 +50,7 @@ def param_counts(model: ModelSpec, *, kv_bytes: float = 2.0,
     h = model.hidden_size
     embedding = model.vocab_size * h
     head = 0 if model.tie_word_embeddings else embedding
-    total = active = embedding + head + h  # + final norm
+    total = active = float(embedding + head + h)  # + final norm
     kv = state = experts = 0.0
     per_state = kv_bytes if state_bytes is None else state_bytes
     for group in model.layer_groups:
