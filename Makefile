@@ -1,7 +1,7 @@
 # `make run`: set up .venv and print the default estimate. `make test`: the fast suite (the
 # slow folds, a real Ray and the real server are left out; under 5 minutes).
 # `make test-all`: every test but the real server's; `make test-server`: the real server's.
-# CI (.ci/run) runs test-all, test-server and lint.
+# CI (.ci/run) runs test-all, test-server, lint and typecheck.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip

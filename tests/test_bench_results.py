@@ -74,6 +74,18 @@ def test_llama_bench_tests_become_pp_and_tg_rows() -> None:
     assert rows[0]["value"] == 7100.002165 and rows[1]["value"] == 118.881588
     assert rows[0]["model"] == "qwen2 7B" and rows[0]["weight_dtype"] == "Q4_K - Medium"
     assert rows[0]["model_params_b"] == pytest.approx(7.615616512)
+    # build 5163 on CUDA, flash attention off, n_ubatch 512 (the file's fields): validate
+    # reads the engine from this text as llama.cpp, int8 MXFP4 MMQ (before build 7536)
+    # and 512-token micro-batches
+    from phasewise.catalog.software_text import engine_from_software
+
+    assert rows[0]["software_stack"] == "llama.cpp llama-bench build 5163, CUDA, -ub 512"
+    assert engine_from_software(rows[0]["software_stack"], "cuda") == \
+        "llama.cpp+int8-mxfp4+ub512"
+    flash = llama_bench_rows([{**tests[0], "flash_attn": True}], hardware="rtx-4080",
+                             source="s", record_prefix="LB")
+    assert engine_from_software(flash[0]["software_stack"], "cuda") == \
+        "llama.cpp+flash-attn+int8-mxfp4+ub512"
 
 
 def test_jsonl_files_hold_one_result_a_line(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ import pytest
 
 from phasewise import estimate
 from phasewise.catalog import hardware_names, load_hardware, load_model
+from phasewise.catalog.software_text import engine_from_software
 from phasewise.cost.calibrated import Calibrated, op_features, priced_parts, split_prefill
 from phasewise.cost.calibration import (
     Constants,
     Profile,
-    configure,
     constants_for,
     level_keys,
     load_profile,
@@ -35,6 +35,11 @@ ROUND = dict(gemm_fraction=0.8, bandwidth_fraction=0.9, bytes_half=1e5, gemm_eff
              kernel_overhead_s=1e-5,
              step_overhead_s=1e-4, parallel_step_overhead_s=5e-4, link_latency_factor=2.0,
              link_efficiency=0.5)
+
+
+def _stated(engine, text, backend=""):
+    """``engine`` as a measurement row describing its software as ``text`` states it."""
+    return resolve_engine(engine_from_software(text, backend, engine.fitted_name))
 
 
 def test_gemm_time_by_hand():
@@ -161,7 +166,7 @@ def test_a_description_of_the_software_selects_the_engine_variant():
              ("llama.cpp llama-bench build d5cb8684 (3891), ROCm/HIP backend", "hip"):
                  "llama.cpp"}
     for (text, backend), name in cases.items():
-        assert configure(llama, text, backend).name == name, text
+        assert _stated(llama, text, backend).name == name, text
     chosen = resolve_engine("llama.cpp+flash-attn")
     assert chosen.fitted_name == "llama.cpp" and chosen.applied == ("flash-attn",)
     with pytest.raises(InputError, match="cublas-fp16"):
@@ -175,11 +180,11 @@ def test_mxfp4_experts_run_on_blackwell_fp4_tensor_cores_in_builds_after_pr_1790
     5090's 1676 against 838. Older builds, other devices, other formats and the
     matrix-vector kernels of a few tokens are priced as before."""
     llama = resolve_engine("llama.cpp")
-    new = configure(llama, "llama-bench build 11fb327bf (7941), CUDA backend", "cuda")
-    old = configure(llama, "llama-bench build 2f68ce7cf (6918), CUDA backend", "cuda")
+    new = _stated(llama, "llama-bench build 11fb327bf (7941), CUDA backend", "cuda")
+    old = _stated(llama, "llama-bench build 2f68ce7cf (6918), CUDA backend", "cuda")
     assert (new.name, old.name) == ("llama.cpp", "llama.cpp+int8-mxfp4")
-    assert configure(llama, "build (7535)", "cuda").name == "llama.cpp+int8-mxfp4"
-    assert configure(llama, "build (7536)", "cuda").name == "llama.cpp"
+    assert _stated(llama, "build (7535)", "cuda").name == "llama.cpp+int8-mxfp4"
+    assert _stated(llama, "build (7536)", "cuda").name == "llama.cpp"
     mxfp4, q8 = Precision("MXFP4 MoE", "fp16", "fp16"), Precision("Q8_0", "fp16", "fp16")
     experts = _prefill_op("moe.experts", mxfp4, tokens=2048, model="gpt-oss-120b")
     assert experts.block_format == "MXFP4"
@@ -515,14 +520,12 @@ def test_a_stated_micro_batch_replaces_llama_cpp_default():
     # llama-bench's -ub / llama-batched-bench's n_ubatch set the prompt micro-batch; the
     # engine's default (512, llama.cpp PR #6017) holds otherwise, and engines that run a
     # prompt whole are not split by it.
-    from phasewise.cost.engines import configure, resolve_engine
-
     llama = resolve_engine("llama.cpp")
     assert llama.prefill_ubatch_tokens == 512
-    assert configure(llama, "llama-bench build 2f68ce7cf, -ub 2048").prefill_ubatch_tokens == 2048
-    assert configure(llama, "n_batch 2048, n_ubatch 1024").prefill_ubatch_tokens == 1024
-    assert configure(resolve_engine("vllm"), "-ub 2048").prefill_ubatch_tokens == 0
-    stated = configure(llama, "llama-bench, -fa 1, -ub 2048")
+    assert _stated(llama, "llama-bench build 2f68ce7cf, -ub 2048").prefill_ubatch_tokens == 2048
+    assert _stated(llama, "n_batch 2048, n_ubatch 1024").prefill_ubatch_tokens == 1024
+    assert _stated(resolve_engine("vllm"), "-ub 2048").prefill_ubatch_tokens == 0
+    stated = _stated(llama, "llama-bench, -fa 1, -ub 2048")
     assert stated.name == "llama.cpp+flash-attn+ub2048" and resolve_engine(stated.name) == stated
 
 
@@ -590,7 +593,7 @@ def test_llama_cpp_metal_multiplies_small_batches_in_whole_32_token_tiles():
     model = load_model("llama-2-7b")
     precision = Precision("Q4_0", "fp16", "fp16")
     new = traits_for(resolve_engine("llama.cpp"), m2)
-    old = traits_for(configure(resolve_engine("llama.cpp"),
+    old = traits_for(_stated(resolve_engine("llama.cpp"),
                                "llama.cpp llama-bench (master, 2023-10-07), Metal backend",
                                "metal"), m2)
     assert (new.kernels.gemm_tile_tokens, new.kernels.gemm_tile_above_tokens) == (32, 8)
@@ -601,9 +604,9 @@ def test_llama_cpp_metal_multiplies_small_batches_in_whole_32_token_tiles():
         assert op_features(up, m2, "fp16", old).flops == pytest.approx(old_factor * up.flops)
         assert op_features(up, m2, "fp16", new).flops == pytest.approx(new_factor * up.flops)
     # a CUDA code path is not named for a Metal run, nor a Metal one for a CUDA run
-    assert "cublas-fp16" not in configure(resolve_engine("llama.cpp"),
+    assert "cublas-fp16" not in _stated(resolve_engine("llama.cpp"),
                                           "llama-bench build 1988, Metal", "metal").name
-    assert "metal" not in configure(resolve_engine("llama.cpp"),
+    assert "metal" not in _stated(resolve_engine("llama.cpp"),
                                     "llama-bench (May 2024), CUDA backend", "cuda").name
 
 
@@ -639,7 +642,7 @@ def test_llama_cpp_metal_reads_weights_again_for_later_tokens_of_small_batches()
     rtx = load_hardware("rtx-4090")
     metal = traits_for(resolve_engine("llama.cpp"), m2)
     cuda = traits_for(resolve_engine("llama.cpp"), rtx)
-    old = traits_for(configure(resolve_engine("llama.cpp"),
+    old = traits_for(_stated(resolve_engine("llama.cpp"),
                                "llama.cpp llama-bench (master, 2023-10-07), Metal backend",
                                "metal"), m2)
     dense = load_model("qwen2.5-7b")
@@ -830,7 +833,7 @@ def test_matrix_vector_token_limits_follow_the_backend_and_the_expert_path():
     m2, rtx = load_hardware("m2-max"), load_hardware("rtx-4090")
     metal = traits_for(resolve_engine("llama.cpp"), m2)
     cuda = traits_for(resolve_engine("llama.cpp"), rtx)
-    old = traits_for(configure(resolve_engine("llama.cpp"),
+    old = traits_for(_stated(resolve_engine("llama.cpp"),
                                "llama.cpp llama-bench (master, 2023-10-07), Metal backend",
                                "metal"), m2)
     precision = Precision("Q8_0", "fp16", "fp16")

@@ -5,12 +5,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from phasewise import estimate
-from phasewise.cost.calibration import load_profile
+from phasewise.catalog.software_text import named_engine
+from phasewise.cost.calibration import load_profile, resolve_engine
 from phasewise.errors import InputError
 from phasewise.report.output import rows_to_markdown
 from phasewise.report.validate_plot import source_colours
@@ -120,8 +122,7 @@ def test_gguf_i_quants_and_k_quant_mixes_map_to_their_bits(written, bits):
 
 
 def test_a_split_over_several_devices_without_a_degree_takes_the_engine_default():
-    llama = engine_for("llama.cpp llama-bench, CUDA")
-    vllm = engine_for("vLLM 0.6")
+    llama, vllm = resolve_engine("llama.cpp"), resolve_engine("vllm")
     # llama.cpp's default --split-mode layer: consecutive layers per device, run in turn.
     assert (parallelism_for("", 4, llama).tp, parallelism_for("", 4, llama).pp) == (1, 4)
     assert parallelism_for("layer split", 2).pp == 2
@@ -146,11 +147,25 @@ def test_formats_parallelism_and_engines_are_read_from_the_row():
     assert parallelism_for("single device", 1).devices == 1
     with pytest.raises(MappingError, match="4 devices"):
         parallelism_for("TP4", 8)
-    assert engine_for("llama.cpp (May 2024) llama-bench, Metal").name == "llama.cpp"
-    assert engine_for("TensorRT-LLM v0.9.0 (gptSessionBenchmark)").name == "trtllm"
-    assert engine_for("not recorded (Splitwise paper's profiling setup)").name == "unrecorded"
+    assert named_engine("llama.cpp (May 2024) llama-bench, Metal") == "llama.cpp"
+    assert named_engine("TensorRT-LLM v0.9.0 (gptSessionBenchmark)") == "trtllm"
+    assert named_engine("not recorded (Splitwise paper's profiling setup)") == "unrecorded"
+    h100 = resolve_device("H100 SXM")
     with pytest.raises(MappingError, match="unknown engine"):
-        engine_for("MyServe 2.0")
+        engine_for(SimpleNamespace(engine="", software_stack="MyServe 2.0"), h100)
+
+
+def test_a_row_states_its_engine_and_variants_and_its_text_is_read_only_without_them():
+    # the engine column wins over the text; without it, the text's flags select variants
+    # (llama-bench's -fa 1 is llama.cpp's flash-attn variant, engines.toml)
+    h100 = resolve_device("H100 SXM")
+    stated = SimpleNamespace(engine="llama.cpp+ub1024", software_stack="llama-bench -fa 1")
+    assert engine_for(stated, h100).name == "llama.cpp+ub1024"
+    assert engine_for(stated, h100).prefill_ubatch_tokens == 1024
+    read = SimpleNamespace(engine="", software_stack="llama.cpp llama-bench build 7941, -fa 1")
+    assert engine_for(read, h100).name == "llama.cpp+flash-attn"
+    with pytest.raises(MappingError, match="no variant 'fast'"):
+        engine_for(SimpleNamespace(engine="llama.cpp+fast", software_stack=""), h100)
 
 
 def _rows(*lines):

@@ -36,7 +36,8 @@ def bundled_row(file: str, record_id: str):
 
 
 def configured_row(file: str, record_id: str):
-    """The row's scenario with the engine variants its software description selects."""
+    """The row's scenario as the dataset keeps it (its engine as the row's engine column
+    states it, with the variants and micro-batch its software description says)."""
     found = [s for s in dataset([load_measurements(MEASUREMENTS_DIR / file)]).scenarios
              if s.record_id == record_id]
     assert len(found) == 1
@@ -105,7 +106,7 @@ def test_a_llama_bench_prompt_row_is_one_prompt_of_its_length():
     s = scenario_for(bundled_row("lhl_benchmark_notes.csv", "LHL-0009"))
     assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
         "prefill", "rx-7900-xtx", "llama-2-7b", "Q4_0")
-    assert (s.workload.isl, s.workload.batch_size, s.engine.name) == (3968, 1, "llama.cpp")
+    assert (s.workload.isl, s.workload.batch_size, s.engine.fitted_name) == (3968, 1, "llama.cpp")
     assert s.measured_s == pytest.approx(3968 / 2575.87)
 
 
@@ -113,7 +114,7 @@ def test_lhl_s_radeon_pro_and_strix_halo_rows_map_to_their_devices_and_micro_bat
     # W7900 Pervasive Computing Project.md: 'llama 70B Q4_K - Medium | 39.59 GiB | 70.55 B |
     # ROCm | 99 | pp 3968 | 255.59 ± 0.94', build b8109bc0 (2701).
     s = scenario_for(bundled_row("lhl_benchmark_notes.csv", "LHL-0061"))
-    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights, s.engine.name) == (
+    assert (s.kind, s.hardware.name, s.model.name, s.precision.weights, s.engine.fitted_name) == (
         "prefill", "radeon-pro-w7900", "llama-3-70b", "Q4_K_M", "llama.cpp")
     assert s.measured_s == pytest.approx(3968 / 255.59)
     # Strix Halo.md, 'hipblaslt b128': llama-bench -b 128 caps the micro-batch at 128 tokens.
@@ -132,7 +133,7 @@ def test_a_concurrency_one_tpot_row_is_a_batch_one_decode_step():
     # speed-benchmarking nvfp4/llama.cpp.q4_k_m, concurrency 1: 130,670 input and 16,080
     # output tokens over 128 requests; mean_tpot_ms 4.3604.
     s = scenario_for(bundled_row("lhl_benchmark_notes.csv", "LHL-0016"))
-    assert (s.kind, s.hardware.name, s.model.name, s.engine.name) == (
+    assert (s.kind, s.hardware.name, s.model.name, s.engine.fitted_name) == (
         "decode", "rtx-pro-6000", "llama-3.1-8b", "llama.cpp")
     assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (1021, 126, 1)
     assert s.measured_s == pytest.approx(4.360380199823897e-3)
@@ -140,7 +141,7 @@ def test_a_concurrency_one_tpot_row_is_a_batch_one_decode_step():
 
 def test_serving_rows_name_each_engine():
     engines = {bundled_row("lhl_benchmark_notes.csv", f"LHL-{i:04d}").software_stack:
-               scenario_for(bundled_row("lhl_benchmark_notes.csv", f"LHL-{i:04d}")).engine.name
+               scenario_for(bundled_row("lhl_benchmark_notes.csv", f"LHL-{i:04d}")).engine.fitted_name
                for i in (15, 17, 23, 27)}
     assert sorted(engines.values()) == ["llama.cpp", "sglang", "trtllm", "vllm"]
 
@@ -156,7 +157,7 @@ def test_a_2023_metal_row_maps_to_the_chip_and_the_7b_network():
 def test_a_static_batch_latency_row_is_the_whole_batch_on_eight_devices():
     # ROCm dev-docker README: Llama 3.1 405B FP8, TP 8, batch 128, 2048 in, 2048 out: 125.471 s.
     s = scenario_for(bundled_row("rocm_vllm_mi300x.csv", "RVLM-0032"))
-    assert (s.kind, s.hardware.name, s.model.name, s.engine.name) == (
+    assert (s.kind, s.hardware.name, s.model.name, s.engine.fitted_name) == (
         "end_to_end", "mi300x", "llama-3.1-405b", "vllm")
     assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (2048, 2048, 128)
     assert (s.parallelism.tp, s.devices) == (8, 8)
@@ -171,7 +172,7 @@ def test_a_layer_split_llama_bench_row_is_one_sequence_through_eight_devices():
     s = scenario_for(bundled_row("amd_rocm_llamacpp_mi300x.csv", "AMDL-0025"))
     assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
         "decode", "mi300x", "llama-3-70b", "Q4_K_M")
-    assert (s.parallelism.tp, s.parallelism.pp, s.devices, s.engine.name) == (1, 8, 8, "llama.cpp")
+    assert (s.parallelism.tp, s.parallelism.pp, s.devices, s.engine.fitted_name) == (1, 8, 8, "llama.cpp")
     assert (s.workload.osl, s.workload.batch_size) == (128, 1)
     assert s.measured_s == pytest.approx(1 / 36.51)
 
@@ -197,7 +198,7 @@ def test_a_vllm_ci_latency_row_is_a_static_batch_of_eight():
     # buildkite vllm/performance-benchmark #9523: latency_llama70B_tp4 on A100-SXM4-80GB,
     # batch 8, 32 input and 128 output tokens, mean latency 3990.59 ms; bfloat16 weights.
     s = scenario_for(bundled_row("vllm_ci_latency.csv", "VLCI-0001"))
-    assert (s.kind, s.hardware.name, s.model.name, s.engine.name) == (
+    assert (s.kind, s.hardware.name, s.model.name, s.engine.fitted_name) == (
         "end_to_end", "a100-80gb-sxm", "llama-3-70b", "vllm")
     assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (32, 128, 8)
     assert (s.parallelism.tp, s.devices) == (4, 4)
@@ -220,7 +221,7 @@ def test_a_batched_bench_generation_row_is_one_step_of_the_whole_batch():
     # Same page, llama-batched-bench: qwen3moe 30B.A3B Q8_0, PP 4096, TG 32, B 16:
     # S_TG = B*TG/T_TG = 164.97 t/s, so one decode step of 16 sequences takes 16/164.97 s.
     s = scenario_for(bundled_row("llamacpp_dgx_spark.csv", "SPRK-0017"))
-    assert (s.kind, s.model.name, s.engine.name) == ("decode", "qwen3-30b-a3b", "llama.cpp")
+    assert (s.kind, s.model.name, s.engine.fitted_name) == ("decode", "qwen3-30b-a3b", "llama.cpp")
     assert (s.workload.isl, s.workload.osl, s.workload.batch_size) == (4096, 32, 16)
     assert s.measured_s == pytest.approx(16 / 164.97)
 
@@ -294,7 +295,7 @@ def test_a_pull_request_micro_batch_sweep_row_runs_the_prompt_in_its_micro_batch
     s = scenario_for(bundled_row("llamacpp_pr_cuda.csv", "LPCU-0004"))
     assert (s.kind, s.hardware.name, s.model.name, s.precision.weights) == (
         "prefill", "rtx-4090", "llama-3-8b", "Q5_1")
-    assert s.engine.name == "llama.cpp" and s.workload.isl == 2048
+    assert s.engine.fitted_name == "llama.cpp" and s.workload.isl == 2048
     assert s.measured_s == pytest.approx(2048 / 339.78)
     configured = configured_row("llamacpp_pr_cuda.csv", "LPCU-0004")
     assert configured.engine.name == "llama.cpp+cublas-fp16+mmq-4-token-tiles+int8-mxfp4+ub16"

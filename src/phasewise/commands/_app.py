@@ -239,14 +239,6 @@ def kv_keep_option() -> Any:
                                                 "(eviction/compression), in (0, 1].")
 
 
-def isl_option() -> Any:
-    return typer.Option("2048", "--isl", help="Input (prompt) tokens per request.")
-
-
-def osl_option() -> Any:
-    return typer.Option("256", "--osl", help="Output tokens per request.")
-
-
 def batch_size_option() -> Any:
     return typer.Option("1", "--batch-size", "-b", help="Requests in the batch.")
 
@@ -263,18 +255,6 @@ def pp_option() -> Any:
 def ep_option() -> Any:
     return typer.Option(1, "--ep", help="Expert-parallel degree (MoE).",
                         callback=checked("--ep", kind=int, maximum=MAX_DEVICES))
-
-
-def engine_option() -> Any:
-    from phasewise.lower import GENERIC_ENGINE, engine_names
-
-    names = ", ".join(n for n in engine_names() if n != GENERIC_ENGINE)
-    return typer.Option(None, "--engine", help="Inference engine whose lowering and fitted "
-                                               f"constants the calibrated model uses: {names}, "
-                                               f"or {GENERIC_ENGINE} (default); a variant after "
-                                               "a '+' (llama.cpp+flash-attn): `phasewise "
-                                               "catalog engines` lists them and which are "
-                                               "fitted to measurements.")
 
 
 def calibration_file(value: str | None) -> str | None:

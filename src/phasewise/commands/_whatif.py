@@ -13,8 +13,8 @@ PRICE_RANGE = {"minimum": 0.0, "maximum": 1e5}
 def one(values: list, flag: str):  # noqa: ANN001, ANN201 - any parsed value
     """The single value of a flag this command does not sweep."""
     if len(values) != 1:
-        raise InputError(f"{flag} takes one value here, got {len(values)}; comma lists sweep "
-                         "only in `phasewise estimate`.")
+        raise InputError(f"{flag} takes one value here, got {len(values)}; `phasewise "
+                         "estimate` sweeps comma lists.")
     return values[0]
 
 

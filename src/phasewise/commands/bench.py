@@ -17,10 +17,10 @@ from phasewise.commands._app import (
     check_format,
     console,
     echo,
-    engine_option,
     ints,
     split_list,
 )
+from phasewise.commands.options import engine_option, isl_option, osl_option
 from phasewise.errors import InputError
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(us|ms|s)?\s*$", re.IGNORECASE)
@@ -39,9 +39,8 @@ def bench(
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment "
                                     "variable holding the API key (sent as a Bearer token, "
                                     "never printed or written)."),
-    isl: str = typer.Option("128", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
-                            "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
-    osl: str = typer.Option("64", "--osl", help="Output tokens, as --isl."),
+    isl: str = isl_option("distribution"),
+    osl: str = osl_option("distribution"),
     num_requests: int = typer.Option(100, "--num-requests", "-n", help="Requests per run."),
     rate: str | None = typer.Option(None, "--rate", help="Open loop: requests per second "
                                        "(inf: all at once); a comma list sweeps."),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from phasewise.commands._app import (
-    MAX_DEVICES,
     act_dtype_option,
     app,
     batch_size_option,
@@ -13,19 +12,23 @@ from phasewise.commands._app import (
     check_format,
     console,
     echo,
-    engine_option,
     ep_option,
     ints,
-    isl_option,
     kv_dtype_option,
     kv_keep_option,
-    osl_option,
     pp_option,
     split_list,
     weight_dtype_option,
 )
 from phasewise.commands._whatif import fraction, one, resolve_prices
 from phasewise.commands.estimate import DEFAULT_MODEL
+from phasewise.commands.options import (
+    engine_option,
+    isl_option,
+    osl_option,
+    tp_degrees,
+    tp_option,
+)
 
 
 @app.command()
@@ -42,8 +45,8 @@ def compare(
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
     kv_keep: str | None = kv_keep_option(),
-    tp: str = typer.Option("1", "--tp", help="Tensor-parallel degrees (comma list: one device "
-                                             "across several degrees shows TP scaling)."),
+    tp: str = tp_option(purpose="Tensor-parallel degrees (a comma list: one device across "
+                                "several degrees shows TP scaling)"),
     pp: int = pp_option(),
     ep: int = ep_option(),
     price: str | None = typer.Option(None, "--price",
@@ -83,7 +86,7 @@ def compare(
     workload = Workload(one(ints(isl, "--isl"), "--isl"), one(ints(osl, "--osl"), "--osl"),
                         one(ints(batch_size, "--batch-size"), "--batch-size"))
     devices = split_list(hardware, "--hardware", str) if hardware else hardware_names()
-    degrees = ints(tp, "--tp", maximum=MAX_DEVICES)
+    degrees = tp_degrees(tp)
     overrides = resolve_prices(price, devices)
     cost_choice = CostChoice(cost or DEFAULT_COST_MODEL, engine, calibration)
     if hardware and len(devices) == 1 and len(degrees) > 1:

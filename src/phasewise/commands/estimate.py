@@ -8,7 +8,6 @@ import math
 import typer
 
 from phasewise.commands._app import (
-    MAX_DEVICES,
     act_dtype_option,
     app,
     batch_size_option,
@@ -16,19 +15,23 @@ from phasewise.commands._app import (
     check_format,
     console,
     echo,
-    engine_option,
     ep_option,
     ints,
-    isl_option,
     kv_dtype_option,
     kv_keep_option,
-    osl_option,
     pp_option,
     split_list,
     task_option,
     weight_dtype_option,
 )
 from phasewise.commands._whatif import WhatIfFlags, fraction, priced_device, render_whatifs
+from phasewise.commands.options import (
+    engine_option,
+    isl_option,
+    osl_option,
+    tp_degrees,
+    tp_option,
+)
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -44,13 +47,13 @@ def estimate(
                                    "Face repo id in the local cache. Comma list sweeps."),
     hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H",
                                  help="Catalog device or path to a TOML sheet. Comma list sweeps."),
-    isl: str = isl_option(),
-    osl: str = osl_option(),
+    isl: str = isl_option("sweep"),
+    osl: str = osl_option("sweep"),
     batch_size: str = batch_size_option(),
     weight_dtype: str = weight_dtype_option(),
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
-    tp: str = typer.Option("1", "--tp", help="Tensor-parallel degree."),
+    tp: str = tp_option(purpose="Tensor-parallel degree (a comma list sweeps)"),
     pp: int = pp_option(),
     ep: int = ep_option(),
     cost: str | None = typer.Option(None, "--cost", help="Cost model for the headline numbers "
@@ -121,7 +124,7 @@ def estimate(
                           link_bandwidth=link_bandwidth, link_latency=link_latency, mix=mix)
     axes = (split_list(model, "--model", str), split_list(hardware, "--hardware", str),
             ints(isl, "--isl"), ints(osl, "--osl"), ints(batch_size, "--batch-size"),
-            ints(tp, "--tp", maximum=MAX_DEVICES))
+            tp_degrees(tp))
     if math.prod(map(len, axes)) > MAX_SWEEP_POINTS:
         raise InputError(f"the comma lists sweep {math.prod(map(len, axes)):,} estimates, more "
                          f"than {MAX_SWEEP_POINTS:,}; sweep fewer values at a time.")

@@ -7,7 +7,6 @@ import sys
 import typer
 
 from phasewise.commands._app import (
-    MAX_DEVICES,
     act_dtype_option,
     app,
     batch_size_option,
@@ -15,18 +14,22 @@ from phasewise.commands._app import (
     check_format,
     console,
     echo,
-    engine_option,
     ep_option,
     ints,
-    isl_option,
     kv_dtype_option,
     kv_keep_option,
-    osl_option,
     pp_option,
     weight_dtype_option,
 )
 from phasewise.commands._whatif import fraction, one
 from phasewise.commands.estimate import DEFAULT_HARDWARE, DEFAULT_MODEL
+from phasewise.commands.options import (
+    engine_option,
+    isl_option,
+    one_tp,
+    osl_option,
+    tp_option,
+)
 
 
 @app.command()
@@ -42,7 +45,7 @@ def explain(
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
     kv_keep: str | None = kv_keep_option(),
-    tp: str = typer.Option("1", "--tp", help="Tensor-parallel degree."),
+    tp: str = tp_option(),
     pp: int = pp_option(),
     ep: int = ep_option(),
     cost: str | None = typer.Option(None, "--cost", help="Cost model for the expected times."),
@@ -83,7 +86,7 @@ def explain(
     precision = Precision(weight_dtype, act_dtype, kv_dtype, 1.0 if keep is None else keep)
     workload = Workload(one(ints(isl, "--isl"), "--isl"), one(ints(osl, "--osl"), "--osl"),
                         one(ints(batch_size, "--batch-size"), "--batch-size"))
-    par = Parallelism(one(ints(tp, "--tp", maximum=MAX_DEVICES), "--tp"), pp, ep)
+    par = Parallelism(one_tp(tp), pp, ep)
     cost_choice = CostChoice(cost or DEFAULT_COST_MODEL, engine, calibration)
     result = run_explain(model, hardware, workload, precision, par, cost=cost_choice)
     sweep = None

@@ -18,6 +18,13 @@ from phasewise.commands._app import (
     split_list,
     task_option,
 )
+from phasewise.commands.options import (
+    engine_option,
+    isl_option,
+    osl_option,
+    tp_degrees,
+    tp_option,
+)
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -25,6 +32,8 @@ DEFAULT_MODEL = "llama-3.1-8b"
 # kind of cost (the second leaves out hosts, power and networking), so by default the
 # planner compares devices priced one way: on-demand.
 PRICE_BASES = ("on-demand", "purchase", "any")
+# The planner searches layouts: the degrees a node of eight devices splits into.
+SEARCHED_TP = "1,2,4,8"
 # A stage of at least this many tasks shows a progress bar on a terminal.
 PROGRESS_MIN_TASKS = 2
 
@@ -41,9 +50,8 @@ def plan(
     price_basis: str = typer.Option("on-demand", "--price-basis", help="Default devices: those "
                                     "priced on-demand (cloud rent), by purchase (amortised), "
                                     "or any."),
-    isl: str = typer.Option("1024", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
-                            "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
-    osl: str = typer.Option("256", "--osl", help="Output tokens, as --isl."),
+    isl: str = isl_option("distribution"),
+    osl: str = osl_option("distribution"),
     mix: str | None = typer.Option(None, "--mix", help="Request classes ISL:OSL:SHARE, e.g. "
                                       "8192:256:0.5,1024:1024:0.5."),
     trace: str | None = typer.Option(None, "--trace", help="CSV/JSONL trace(s) to plan for "
@@ -61,7 +69,7 @@ def plan(
     e2e: str | None = typer.Option(None, "--e2e", help="End-to-end latency SLO, as --ttft."),
     slo_percentile: float = typer.Option(90.0, "--slo-percentile",
                                          help="Percentile of an SLO that names none."),
-    tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel degrees searched."),
+    tp: str = tp_option(SEARCHED_TP, purpose="Tensor-parallel degrees searched (a comma list)"),
     pp: str = typer.Option("1,2", "--pp", help="Pipeline degrees searched (above 1 only where "
                            "nothing else fits)."),
     ep: str | None = typer.Option(None, "--ep", help="Expert-parallel degrees (default: 1, "
@@ -92,8 +100,7 @@ def plan(
     max_gpus: int | None = typer.Option(None, "--max-gpus", help="Budget: devices in all."),
     max_usd_per_hour: float | None = typer.Option(None, "--max-usd-per-hour",
                                                      help="Budget: US$ an hour in all."),
-    engine: str | None = typer.Option(None, "--engine", help="Engine profiles searched "
-                                         "(comma list; default generic)."),
+    engine: str | None = engine_option(more="; a comma list searches each"),
     cost: str = typer.Option("calibrated", "--cost", help="Cost model: calibrated or sol."),
     kv_link: str = typer.Option("infiniband-ndr-400", "--kv-link",
                                 help="Link KV moves over between disaggregated pools."),
@@ -221,7 +228,7 @@ def _space(flags: dict[str, Any], resolve_prices) -> Any:  # noqa: ANN001
     if "on" not in spec:
         refuse_unused(given("spec_tokens", "spec_accept", "draft", "task"), "--speculation on")
     return SearchSpace(
-        hardware=priced, tp=tuple(ints(flags["tp"], "--tp")), pp=tuple(ints(flags["pp"], "--pp")),
+        hardware=priced, tp=tuple(tp_degrees(flags["tp"])), pp=tuple(ints(flags["pp"], "--pp")),
         ep=tuple(ints(flags["ep"], "--ep")) if flags["ep"] else None,
         weight_dtypes=tuple(split_list(flags["weight_dtype"], "--weight-dtype", str))
         if flags["weight_dtype"] else None,

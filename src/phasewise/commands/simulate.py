@@ -22,13 +22,26 @@ from phasewise.commands._app import (
     given,
     ints,
     kv_dtype_option,
-    numbers,
     refuse_unused,
     split_list,
     task_option,
     weight_dtype_option,
 )
+from phasewise.commands._loads import (
+    ClosedLoad,
+    Load,
+    StreamSpec,
+    TraceLoad,
+    loads_from_flags,
+)
 from phasewise.commands._whatif import MAX_SPEC_TOKENS
+from phasewise.commands.options import (
+    engine_option,
+    isl_option,
+    one_tp,
+    osl_option,
+    tp_option,
+)
 from phasewise.errors import InputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -44,7 +57,6 @@ MAX_DURATION_S = 86_400.0
 # Each numeric flag's range, checked before anything runs (click's int and float types
 # let NaN, infinity and 1e300 through).
 FLAG_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
-    "tp": ("--tp", dict(kind=int, maximum=MAX_DEVICES)),
     "pp": ("--pp", dict(kind=int, maximum=MAX_DEVICES)),
     "ep": ("--ep", dict(kind=int, maximum=MAX_DEVICES)),
     "replicas": ("--replicas", dict(kind=int, maximum=MAX_REPLICAS)),
@@ -66,6 +78,16 @@ FLAG_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
     "bucket_tokens": ("--bucket-tokens", dict(kind=int, maximum=MAX_BLOCK_TOKENS)),
     "memory_budget": ("--memory-budget", dict(above=0.0, maximum=MAX_MEMORY_BUDGET_GIB)),
 }
+
+def _preset_help() -> str:
+    from phasewise.serving.presets import engine_names
+
+    return (f"; a serving preset ({', '.join(engine_names())}, a version after '@': vllm@0.19) "
+            "also sets its scheduler, budget, sequences, CUDA graphs, memory share, overlap "
+            "and fitted host time")
+
+
+_PRESET_HELP = _preset_help()
 # Runs this long (in requests) show a progress bar on a terminal.
 PROGRESS_MIN_REQUESTS = 2000
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(us|µs|ms|s)?\s*$", re.IGNORECASE)
@@ -78,7 +100,7 @@ def simulate(
                               "path or folder, or a Hugging Face repo id in the local cache."),
     hardware: str = typer.Option(DEFAULT_HARDWARE, "--hardware", "-H", help="Catalog device or "
                                  "TOML sheet (the prefill pool's when disaggregated)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree inside a replica."),
+    tp: str = tp_option(purpose="Tensor-parallel degree inside a replica"),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree inside a replica."),
     ep: int | None = typer.Option(None, "--ep", help="Expert-parallel degree inside a "
                                      "replica (MoE); above --tp, attention runs data-parallel "
@@ -91,11 +113,7 @@ def simulate(
     act_dtype: str = act_dtype_option(),
     kv_dtype: str = kv_dtype_option(),
     cost: str | None = typer.Option(None, "--cost", help="Cost model pricing each step."),
-    engine: str | None = typer.Option(None, "--engine", help="Serving engine preset: vllm, "
-                                         "sglang, trtllm or llama.cpp, a version after '@' "
-                                         "(vllm@0.19): its scheduler, budget, sequences, CUDA "
-                                         "graphs, memory share, overlap and fitted host time; "
-                                         "other names pick only the cost model's engine."),
+    engine: str | None = engine_option(more=_PRESET_HELP),
     calibration: str | None = calibration_option(),
     scheduler: str | None = typer.Option(None, "--scheduler", help="static, continuous, "
                                             "chunked, prefill-first, mixed or disaggregated "
@@ -170,9 +188,8 @@ def simulate(
                                     "to report (comma list)."),
     detail: bool = typer.Option(False, "--detail", help="Show the engine settings and host "
                                 "time per step."),
-    isl: str = typer.Option("1024", "--isl", help="Prompt tokens: N, uniform:LO:HI, "
-                            "normal:MEAN:STD, lognormal:MEAN:SIGMA or file:PATH."),
-    osl: str = typer.Option("256", "--osl", help="Output tokens, as --isl."),
+    isl: str = isl_option("distribution"),
+    osl: str = osl_option("distribution"),
     trace: str | None = typer.Option(None, "--trace", help="Replay a CSV/JSONL trace "
                                         "(arrival_s, input_tokens, output_tokens)."),
     prefix_hit_rate: float = typer.Option(0.0, "--prefix-hit-rate", help="Share of each prompt "
@@ -213,7 +230,7 @@ def simulate(
         speculation = Speculation(spec_tokens, acceptance.alpha, draft, draft_head,
                                   source=f"{acceptance.task}: {acceptance.source}")
         speculation.tokens_per_round  # noqa: B018 - checks γ and α before anything runs
-    par = _parallelism(tp, pp, ep, attention_dp)
+    par = _parallelism(one_tp(tp), pp, ep, attention_dp)
     preset = _preset(engine, hardware, par, cuda_graph_sizes, memory_fraction, host_overhead,
                      overlap, prefix_caching)
     server_args = dict(
@@ -226,8 +243,9 @@ def simulate(
         preset=preset, price_cache={})  # the runs of a sweep price each step shape once
     pools = _pools(hardware, decode_hardware, par, prefill_tp, decode_tp, prefill_ep, decode_ep,
                    replicas, prefill_replicas, decode_replicas)
-    loads = _loads(request_rate, clients, trace, _duration_s(think_time, "--think-time"),
-                   _duration_s(ramp_up, "--ramp-up") or 0.0)
+    loads = loads_from_flags(request_rate, clients, trace,
+                             _duration_s(think_time, "--think-time"),
+                             _duration_s(ramp_up, "--ramp-up") or 0.0)
     slo = None
     if ttft is not None or tpot is not None:
         if not 0 < slo_percentile <= 100:
@@ -239,19 +257,14 @@ def simulate(
     if not single and (requests_out or trace_out):
         raise InputError("--requests-out and --trace-out need a single run; give one "
                          "--scheduler and one --rate or --clients value.")
-    if not 0 < range_ratio <= 1:
-        raise InputError(f"--random-range-ratio {range_ratio}: give a ratio in (0, 1].")
-    if warmup < 0 or warmup >= num_requests:
-        raise InputError(f"--warmup {warmup}: give 0 or more requests, fewer than "
-                         f"--num-requests {num_requests}.")
-    stream = dict(num_requests=num_requests, isl=isl, osl=osl, arrival=arrival, cv=cv, seed=seed,
-                  prefix_hit_rate=prefix_hit_rate, range_ratio=range_ratio, warmup=warmup)
+    stream = StreamSpec(num_requests, isl, osl, arrival, cv, seed, prefix_hit_rate, range_ratio,
+                        warmup)
     results = []
     for name, load in runs:
         server = _server(name, pools, server_args, cost)
         requests, workload = _requests(load, stream)
-        closed = ClosedLoop(load["clients"], load["think_s"], load["ramp_s"]) \
-            if load.get("clients") else None
+        closed = ClosedLoop(load.clients, load.think_s, load.ramp_s) \
+            if isinstance(load, ClosedLoad) else None
         results.append(_run(server, requests, closed, workload, slo, bucket_tokens,
                             memory_budget, progress and single, warmup, quantiles))
     _render(results, fmt, slo, requests_out, trace_out, plot, detail)
@@ -384,21 +397,6 @@ def _pools(hardware: str, decode_hardware: str | None, par: Any, prefill_tp: int
             "decode": Pool(decode_hardware or hardware, back_par, decode_replicas or replicas)}
 
 
-def _loads(rate_text: str | None, clients_text: str | None, trace: str | None,
-           think_s: float | None, ramp_s: float = 0.0) -> list[dict]:
-    given = [flag for flag, v in (("--rate", rate_text), ("--clients", clients_text),
-                                  ("--trace", trace)) if v is not None]
-    if len(given) > 1:
-        raise InputError(f"{' and '.join(given)} each set the load; give one of them.")
-    if trace is not None:
-        return [{"trace": trace}]
-    if clients_text is not None:
-        return [{"clients": c, "think_s": think_s or 0.0, "ramp_s": ramp_s}
-                for c in _positive(ints(clients_text, "--clients"), "--clients")]
-    rates = numbers(rate_text or "4", "--rate", above=0.0, maximum=1e9, example="4")
-    return [{"rate": r} for r in _positive(rates, "--rate")]
-
-
 def _positive(values: list, flag: str) -> list:
     for v in values:
         if not v > 0:
@@ -417,33 +415,29 @@ def _server(name: str, pools: dict, server_args: dict, cost: str | None) -> Any:
                   cost=cost or DEFAULT_COST_MODEL, **server_args)
 
 
-def _requests(load: dict, stream: dict) -> tuple[Any, dict]:
+def _requests(load: Load, stream: StreamSpec) -> tuple[Any, dict]:
+    """The requests ``load`` sends, and the workload the document records for them."""
     import numpy as np
 
     from phasewise.serving import load_trace, parse_lengths, synthetic
     from phasewise.serving.requests import open_loop, range_lengths
 
-    if "trace" in load:
-        requests = load_trace(load["trace"])
-        return requests, {"trace": load["trace"], "num_requests": len(requests)}
-    n = stream["num_requests"]
-    rng = np.random.default_rng(stream["seed"])
-    ratio = stream["range_ratio"]
-    input_lengths = range_lengths(parse_lengths(stream["isl"], "--isl"), ratio)
-    output_lengths = range_lengths(parse_lengths(stream["osl"], "--osl"), ratio)
-    workload = {"num_requests": n, "isl": stream["isl"], "osl": stream["osl"],
-                "seed": stream["seed"], "prefix_hit_rate": stream["prefix_hit_rate"],
-                "random_range_ratio": ratio, "warmup": stream["warmup"]}
-    if "clients" in load:
+    if isinstance(load, TraceLoad):
+        requests = load_trace(load.path)
+        return requests, {"trace": load.path, "num_requests": len(requests)}
+    n, rng = stream.num_requests, np.random.default_rng(stream.seed)
+    input_lengths = range_lengths(parse_lengths(stream.isl, "--isl"), stream.range_ratio)
+    output_lengths = range_lengths(parse_lengths(stream.osl, "--osl"), stream.range_ratio)
+    if isinstance(load, ClosedLoad):
         requests = synthetic(n, input_lengths, output_lengths, rng,
-                             prefix_hit_rate=stream["prefix_hit_rate"])
-        return requests, {**workload, "clients": load["clients"], "think_time_s": load["think_s"],
-                          "ramp_up_s": load["ramp_s"]}
-    requests = open_loop(n, input_lengths, output_lengths, rng, kind=stream["arrival"],
-                         rate_per_s=load["rate"], cv=stream["cv"],
-                         prefix_hit_rate=stream["prefix_hit_rate"])
-    return requests, {**workload, "arrival": stream["arrival"], "rate_rps": load["rate"],
-                      "cv": stream["cv"] if stream["arrival"] == "gamma" else None}
+                             prefix_hit_rate=stream.prefix_hit_rate)
+        return requests, {**stream.workload(), "clients": load.clients,
+                          "think_time_s": load.think_s, "ramp_up_s": load.ramp_s}
+    requests = open_loop(n, input_lengths, output_lengths, rng, kind=stream.arrival,
+                         rate_per_s=load.rate_rps, cv=stream.cv,
+                         prefix_hit_rate=stream.prefix_hit_rate)
+    return requests, {**stream.workload(), "arrival": stream.arrival, "rate_rps": load.rate_rps,
+                      "cv": stream.cv if stream.arrival == "gamma" else None}
 
 
 # ---------------------------------------------------------------- running and rendering

@@ -25,7 +25,6 @@ from phasewise.lower.engines import (
     Traits,
     architecture_of,
     backend_of,
-    configure,
     engine_names,
     engines,
     resolve_engine,
@@ -34,7 +33,7 @@ from phasewise.lower.engines import (
 from phasewise.specs import HardwareSpec
 
 __all__ = ["Constants", "Engine", "GENERIC_ENGINE", "ParameterDef", "Profile", "Traits",
-           "configure", "constants_for", "engine_names", "engines", "level_keys",
+           "constants_for", "engine_names", "engines", "level_keys",
            "load_profile", "parameter_defs", "profile_from_document", "profile_to_toml",
            "resolve_engine", "traits_for"]
 

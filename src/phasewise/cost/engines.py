@@ -9,19 +9,14 @@ from phasewise.lower.engines import (
                                      Variant,
                                      architecture_of,
                                      backend_of,
-                                     configure,
                                      engine_names,
                                      engines,
                                      fp16_accumulate_speedup,
                                      resolve_engine,
-                                     software_build,
-                                     software_date,
-                                     software_ubatch,
                                      traits_for,
                                      with_ubatch,
 )
 
 __all__ = ["BACKENDS", "GENERIC_ENGINE", "Engine", "Traits", "Variant", "architecture_of",
-           "backend_of", "configure", "engine_names", "engines", "fp16_accumulate_speedup",
-           "resolve_engine", "software_build", "software_date", "software_ubatch", "traits_for",
-           "with_ubatch"]
+           "backend_of", "engine_names", "engines", "fp16_accumulate_speedup",
+           "resolve_engine", "traits_for", "with_ubatch"]

@@ -18,6 +18,11 @@ they pull it. Where the objective has more than one minimum (``RESTARTS``), the 
 is started again and the lowest objective kept. Each operator is lowered to the kernel its
 row's engine runs (``lower``) and priced with ``calibrated.priced_parts``, the same lines
 the estimate uses, on numpy columns of every kernel of every row.
+
+The descent is written out rather than left to ``scipy.optimize.least_squares``: on the
+bundled rows scipy's trust-region solver (the same objective, Huber on the rows) settles in
+other minima of this objective, and their held-out figures are worse
+(``docs/calibration.md``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ from phasewise.cost.calibrated import OpFeatures, kernel_features, priced_parts
 from phasewise.cost.calibration import (
     GENERIC_ENGINE,
     Engine,
-    ParameterDef,
     Profile,
     level_keys,
     parameter_defs,
@@ -68,7 +72,7 @@ RELATIVE_TOLERANCE = 1e-6
 # lowest objective kept. A matrix-vector kernel is priced as max(its bytes, its vector-ALU
 # work), so rows on the memory side give the operation count no gradient: started at its
 # prior, the fit stops where the few ALU-bound rows hold it (the bundled rows: objective
-# 1240.0 from the prior, 1225.2 restarted from its minimum at 3x).
+# 1633.4 from the prior, 1602.6 restarted from its minimum at 3x).
 RESTARTS = (("matvec_alu_ops", 3.0),)
 
 
@@ -408,7 +412,3 @@ def _profile(problem: _Problem, delta: np.ndarray, predicted: np.ndarray, jac: n
             "offset_sd": round(float(log_sd[j]), 4) if math.isfinite(log_sd[j]) else -1.0,
         }
     return Profile(name=name, values=values, records=records)
-
-
-def describe_parameter(parameter: ParameterDef) -> str:
-    return f"{parameter.name} ({parameter.unit}): {parameter.meaning}"

@@ -56,7 +56,7 @@ def param_counts(model: ModelSpec, *, kv_bytes: float = 2.0,
     embedding = model.vocab_size * h
     head = 0 if model.tie_word_embeddings else embedding
     streams = model.hyper_connections
-    total = active = embedding + head + h + hyper_connection_head_params(streams, h)
+    total = active = float(embedding + head + h + hyper_connection_head_params(streams, h))
     kv = state = experts = 0.0
     per_state = kv_bytes if state_bytes is None else state_bytes
     for group in model.layer_groups:

@@ -11,7 +11,6 @@ from phasewise.lower.engines import (
                                      Engine,
                                      Traits,
                                      backend_of,
-                                     configure,
                                      engine_names,
                                      engines,
                                      resolve_engine,
@@ -22,5 +21,5 @@ from phasewise.lower.registry import LOWERINGS, Target, lower, lowering, registe
 from phasewise.lower.steps import split_prefill
 
 __all__ = ["GENERIC_ENGINE", "LOWERINGS", "Engine", "Kernel", "Target", "Traits", "backend_of",
-           "configure", "engine_names", "engines", "lower", "lowering", "register_lowering",
+           "engine_names", "engines", "lower", "lowering", "register_lowering",
            "resolve_engine", "split_prefill", "traits_for"]

@@ -4,14 +4,13 @@ An engine (``catalog/calibration/engines.toml``) has traits: how it splits a pro
 forward passes, whether its attention is fused, how its GEMMs treat block-quantized
 weights and fp16 accumulation. Traits may differ by compute backend (the device's vendor
 decides it, ``BACKEND_BY_VENDOR``) and by variant: a documented option or an older code path,
-chosen by name (``llama.cpp+flash-attn``) or read from how a measurement describes its
-software ("-fa 1", "build 1988", "May 2024"). Traits are never fitted; an engine's kernel
-speeds are (``calibration``), and every variant of an engine shares them.
+chosen by name (``llama.cpp+flash-attn``; a measurement row states it in its ``engine``
+column). Traits are never fitted; an engine's kernel speeds are (``calibration``), and
+every variant of an engine shares them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import date
@@ -37,16 +36,8 @@ BACKEND_BY_VENDOR = {"NVIDIA": "cuda", "AMD": "hip", "Apple": "metal"}
 _META = ("display_name", "aliases", "source", "backend", "variant", "when", "before_date",
          "before_build")
 
-_MONTHS = {m: i for i, m in enumerate(("january", "february", "march", "april", "may", "june",
-                                       "july", "august", "september", "october", "november",
-                                       "december"), start=1)}
-_ISO_DATE = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
-_MONTH_YEAR = re.compile(r"\b(" + "|".join(_MONTHS) + r")\s+(20\d\d)\b", re.I)
-# llama.cpp's micro-batch size as its tools print or take it: "-ub 2048", "n_ubatch 2048",
-# "--ubatch-size 2048", "n_ubatch = 2048".
-_UBATCH_VARIANT = re.compile(r"ub\d+")  # '--engine llama.cpp+ub2048'
-_UBATCH = re.compile(r"(?:-ub|--ubatch-size|n_ubatch)\s*=?\s*(\d+)")
-_BUILD = re.compile(r"\bbuild\s+(?:[0-9a-f]{6,}\s+)?\(?b?(\d{3,6})\)?", re.I)
+# A variant of the prompt micro-batch: 'ub' and a token count ('llama.cpp+ub2048').
+UBATCH_PREFIX = "ub"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +82,9 @@ Pairs = tuple[tuple[str, Any], ...]
 
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """A documented option or older code path of an engine, and what selects it in a
-    description of the software: any of ``when`` (a flag as written), a date before
+    """A documented option or older code path of an engine, and what says a run used it
+    (documentation shown by ``catalog --engine``; ``catalog.software_text`` reads it from a
+    description of the software): any of ``when`` (a flag as written), a date before
     ``before_date``, or a build number below ``before_build``."""
 
     name: str
@@ -102,16 +94,6 @@ class Variant:
     before_date: date | None = None
     before_build: int = 0
     source: str = ""
-
-    def selected_by(self, text: str) -> bool:
-        lowered = f" {text.lower()} "
-        if any(phrase.lower() in lowered for phrase in self.when):
-            return True
-        when = software_date(text)
-        if self.before_date and when and when < self.before_date:
-            return True
-        build = software_build(text)
-        return bool(self.before_build and build is not None and build < self.before_build)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,28 +196,21 @@ def resolve_engine(name: str | None) -> Engine:
         return table[GENERIC_ENGINE]
     base, *variants = (part.strip() for part in name.split(VARIANT_SEPARATOR))
     key = normalise(base)
-    micro_batches = [v for v in variants if _UBATCH_VARIANT.fullmatch(v)]
+    micro_batches = [v for v in variants if _is_ubatch(v)]
     variants = [v for v in variants if v not in micro_batches]
     for engine in table.values():
         if key in {normalise(engine.name), *map(normalise, engine.aliases)}:
             chosen = engine.with_variants(tuple(variants)) if variants else engine
             for part in micro_batches:
-                chosen = with_ubatch(chosen, int(part[2:]))
+                chosen = with_ubatch(chosen, int(part.removeprefix(UBATCH_PREFIX)))
             return chosen
     raise InputError(f"unknown engine '{name}'.{nearest_hint(base, engine_names())} "
                      f"Choose one of {', '.join(engine_names())}.")
 
 
-def configure(engine: Engine, software: str, backend: str = "") -> Engine:
-    """``engine`` with the variants a description of its software selects ('llama.cpp
-    llama-bench build 6db2b41a (1988), CUDA backend' -> llama.cpp+cublas-fp16); given the
-    device's ``backend``, only variants that apply on it (a CUDA code path is not named
-    for a Metal run)."""
-    chosen = tuple(v.name for v in engine.variants if v.selected_by(software)
-                   and (not backend or v.backend in ("", backend)))
-    configured = engine.with_variants(chosen) if chosen else engine
-    ubatch = software_ubatch(software)
-    return with_ubatch(configured, ubatch) if ubatch else configured
+def _is_ubatch(part: str) -> bool:
+    count = part.removeprefix(UBATCH_PREFIX)
+    return part.startswith(UBATCH_PREFIX) and count.isdigit()
 
 
 def with_ubatch(engine: Engine, tokens: int) -> Engine:
@@ -244,31 +219,9 @@ def with_ubatch(engine: Engine, tokens: int) -> Engine:
     are left as they are."""
     if not engine.prefill_ubatch_tokens or tokens < 1:
         return engine
-    return replace(engine, name=f"{engine.name}{VARIANT_SEPARATOR}ub{tokens}",
+    return replace(engine, name=f"{engine.name}{VARIANT_SEPARATOR}{UBATCH_PREFIX}{tokens}",
                    traits=tuple({**dict(engine.traits), "prefill_ubatch_tokens": tokens}.items()),
                    base=engine.fitted_name)
-
-
-def software_ubatch(text: str) -> int | None:
-    """The prompt micro-batch a description states ('-ub 2048', 'n_ubatch 2048'), or None."""
-    match = _UBATCH.search(text)
-    return int(match[1]) if match else None
-
-
-def software_date(text: str) -> date | None:
-    """The date a description gives ('2023-09-09', 'May 2024'; a month counts from its
-    first day), or None."""
-    if match := _ISO_DATE.search(text):
-        return date(int(match[1]), int(match[2]), int(match[3]))
-    if match := _MONTH_YEAR.search(text):
-        return date(int(match[2]), _MONTHS[match[1].lower()], 1)
-    return None
-
-
-def software_build(text: str) -> int | None:
-    """A build number ('build 6db2b41a (1988)', 'build b3891'), or None."""
-    match = _BUILD.search(text)
-    return int(match[1]) if match else None
 
 
 def backend_of(hardware: HardwareSpec) -> str:

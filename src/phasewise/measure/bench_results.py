@@ -374,9 +374,12 @@ def llama_bench_rows(tests: list[dict[str, Any]], *, hardware: str, source: str,
             "provenance": "measured", "hardware": hardware, "num_accelerators": 1,
             "model": label["model"], "model_params_b": float(t.get("model_n_params", 0)) / 1e9,
             "weight_dtype": label["dtype"],
+            # written as llama-bench's flags, which validate reads into the engine's
+            # variants and micro-batch (catalog.software_text)
             "software_stack": f"llama.cpp llama-bench build {t.get('build_number', '')}, "
                               f"{t.get('backends', '')}" +
-                              (", flash-attn" if t.get("flash_attn") else ""),
+                              (", -fa 1" if t.get("flash_attn") else "") +
+                              (f", -ub {t['n_ubatch']}" if t.get("n_ubatch") else ""),
             "parallelism": "single device", "batch_or_concurrency": 1,
             "input_len": prompt or "", "output_len": gen or "",
             "kv_depth": int(t.get("n_depth") or 0), "metric": metric,

@@ -1,7 +1,8 @@
 """One phasewise JSON document as one self-contained HTML page with interactive plots.
 
-The page carries everything it needs (Plotly's bundled script, the styles, the plot data,
-the document itself), so it opens offline, and it holds no timestamp, no random id and no
+The page (a Jinja template, ``templates/report.html``) carries everything it needs
+(Plotly's bundled script, the styles, the plot data, the document itself), so it opens
+offline, and it holds no timestamp, no random id and no
 unsorted mapping: the same document and command give the same bytes.
 """
 
@@ -115,33 +116,36 @@ def reproduce_command(doc: Any) -> str:
 
 
 def html_report(doc: Any, *, command: str | None = None) -> str:
-    """The whole page for ``doc``. ``command`` is what reproduces it (default: rebuilt from
-    the document's inputs)."""
-    kind = document_kind(doc)
+    """The whole page for ``doc`` (the skeleton is ``templates/report.html``, escaped by
+    Jinja; the sections, the styles and the scripts go in as they are). ``command`` is what
+    reproduces it (default: rebuilt from the document's inputs)."""
+    from markupsafe import Markup
+
     sections = build_sections(doc if isinstance(doc, dict) else {"value": doc})
     body, plots = render_sections(sections)
-    title = sections[0].title if sections else "phasewise report"
-    command = command or reproduce_command(doc)
-    version = doc.get("tool_version", __version__) if isinstance(doc, dict) else __version__
-    nav = "".join(f"<a href='#section-{i}'>{html.escape(s.title)}</a>"
-                  for i, s in enumerate(sections, start=1))
-    return (
-        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<meta name='generator' content='phasewise {html.escape(__version__)}'>"
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
-        f"<script>{plotly_js()}</script></head><body>"
-        f"<header><h1>{html.escape(title)}</h1><div class='meta'>phasewise "
-        f"{html.escape(str(version))} · {html.escape(kind)} document · rendered by phasewise "
-        f"{html.escape(__version__)}</div><p>Reproduce with:</p>"
-        f"<pre class='command'>{html.escape(command)}</pre>"
-        "<button type='button' onclick='phasewiseDownload()'>Download the JSON document</button>"
-        f"</header><nav>{nav}</nav><main>{body}"
-        "<details><summary>The JSON document</summary>"
-        f"<pre>{html.escape(json.dumps(doc, indent=2, sort_keys=True, default=str))}</pre></details>"
-        f"</main><script type='application/json' id='plot-data'>{script_json(plots)}</script>"
-        f"<script type='application/json' id='document-data'>{script_json(doc)}</script>"
-        f"<script>{RENDER_SCRIPT}</script></body></html>\n")
+    return _template().render(
+        title=sections[0].title if sections else "phasewise report", sections=sections,
+        kind=document_kind(doc), renderer=__version__,
+        version=str(doc.get("tool_version", __version__) if isinstance(doc, dict)
+                    else __version__),
+        command=command or reproduce_command(doc), style=Markup(STYLE),
+        plotly=Markup(plotly_js()), body=Markup(body),
+        document_text=json.dumps(doc, indent=2, sort_keys=True, default=str),
+        plot_data=Markup(script_json(plots)), document_data=Markup(script_json(doc)),
+        render_script=Markup(RENDER_SCRIPT))
+
+
+def _template() -> Any:
+    """The page skeleton: autoescaped, and an unknown name is an error, not a blank."""
+    try:
+        import jinja2
+    except ImportError:
+        raise InputError("the HTML report needs jinja2: pip install 'phasewise[report]'."
+                         ) from None
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("phasewise.report", "templates"), autoescape=True,
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return environment.get_template("report.html")
 
 
 def write_report(doc: Any, path: str | Path, *, command: str | None = None) -> Path:

@@ -106,7 +106,7 @@ class KVTransferred:
         seq, dest = self.seq, self.dest
         seq.transfer_s += self.time_s
         seq.pieces.append(self.time_s)  # the first token streams from the decode replica
-        seq.source.release(seq, self.time_s, out)
+        seq.holder().release(seq, self.time_s, out)
         seq.source = None
         dest.pulling -= 1
         dest.pulled.append(seq)
@@ -121,6 +121,8 @@ class Cluster:
     """The front pool (colocated replicas, or the prefill pool) and, when disaggregated,
     the decode pool; requests enter through ``arrive`` and leave through ``done``."""
 
+    source: Source  # where requests come from: set by the Source built on this cluster
+
     def __init__(self, front: list[Replica], decode_pool: list[Replica], balancer_name: str,
                  *, link: Link | None = None, kv_bytes_per_token: float = 0.0) -> None:
         self.front, self.decode_pool = front, decode_pool
@@ -129,7 +131,6 @@ class Cluster:
         self.link, self.kv_bytes_per_token = link, kv_bytes_per_token
         self.transfers: list[tuple[float, float, int, int, int]] = []  # start, s, src, dst, id
         self.finished: list[Seq] = []
-        self.source: Source | None = None
 
     @property
     def replicas(self) -> list[Replica]:
@@ -173,11 +174,13 @@ class Cluster:
     def transfer(self, seq: Seq, dest: Replica) -> KVTransferred:
         """KV of the prompt moves over the prefill replica's link, one transfer after
         another: latency + bytes ÷ (link bandwidth × devices sending in parallel)."""
-        src, now_s = seq.source, dest.now_s
+        src, now_s, link = seq.holder(), dest.now_s, self.link
+        if link is None:
+            raise RuntimeError("a disaggregated cluster moves KV over a link; none was given")
         tokens = seq.isl + seq.generated - 1
         lanes = min(src.devices, dest.devices)  # each device sends its shard on its own NIC
-        duration_s = self.link.latency_s + tokens * self.kv_bytes_per_token / (
-            self.link.bandwidth_bytes_per_s * lanes)
+        duration_s = link.latency_s + tokens * self.kv_bytes_per_token / (
+            link.bandwidth_bytes_per_s * lanes)
         start_s = max(now_s, src.link_free_s)
         src.link_free_s = start_s + duration_s
         self.transfers.append((start_s, duration_s, src.index, dest.index, seq.id))
@@ -195,7 +198,9 @@ class Source:
         self.cluster, self.closed = cluster, closed
         self.isl = requests.input_tokens.tolist()
         self.osl = requests.output_tokens.tolist()
-        self.arrival = requests.arrival_s.tolist() if requests.arrival_s is not None else None
+        # an open loop's arrival times (a closed loop's follow its answers)
+        self.arrival: list[float] = requests.arrival_s.tolist() \
+            if requests.arrival_s is not None else []
         n = len(self.isl)
         self.prefix = requests.prefix_tokens.tolist() if requests.prefix_tokens is not None \
             else [0] * n

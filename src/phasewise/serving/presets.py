@@ -97,7 +97,7 @@ def _documents() -> dict[str, dict[str, Any]]:
 
 def is_preset(spec: str | None) -> bool:
     """Whether ``spec`` (``vllm``, ``vllm@0.19``, ``llama.cpp@b7000``) names an engine preset."""
-    return bool(spec) and spec.split("@")[0].strip().lower() in _documents()
+    return spec is not None and spec.split("@")[0].strip().lower() in _documents()
 
 
 def _version_key(version: str) -> tuple[int, ...]:

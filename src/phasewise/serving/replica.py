@@ -51,6 +51,12 @@ class Seq:
         self.held_blocks = 0
         self.done_s = self.transfer_s = 0.0
 
+    def holder(self) -> Replica:
+        """The prefill replica holding this sequence's KV until it is transferred."""
+        if self.source is None:
+            raise RuntimeError(f"sequence {self.id} has no prefill replica holding its KV")
+        return self.source
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -225,7 +231,7 @@ class Replica:
             self.wake_pending = True
             out.append(self.hooks.wake(now_s, self))
         elif self.run_plan is not None:
-            self._cut_run(now_s, out)
+            self._cut_run(self.run_plan, now_s, out)
 
     def start_step(self, now_s: float, out: list) -> None:
         self.wake_pending = False
@@ -276,8 +282,7 @@ class Replica:
         self.run_plan, self.run_ends, self.busy = plan, ends, True
         out.append(self.hooks.step_end(float(ends[-1]), self, plan))
 
-    def _cut_run(self, now_s: float, out: list) -> None:
-        plan = self.run_plan
+    def _cut_run(self, plan: Plan, now_s: float, out: list) -> None:
         j = int(np.searchsorted(self.run_ends[:plan.ticks - 1], now_s, side="left"))
         if j >= plan.ticks - 1:
             return

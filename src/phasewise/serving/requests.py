@@ -326,8 +326,11 @@ def _validated(path: Path, rows: list[tuple[int, dict]]) -> Requests:
         if ptok < 0 or (ptok and pid < 0):
             raise InputError(f"{where}: prefix_tokens needs a prefix_id and must be ≥ 0.")
         previous = t
-        arrival.append(t), isl.append(i), osl.append(o)
-        prefix_id.append(pid), prefix_tokens.append(min(ptok, i - 1))
+        arrival.append(t)
+        isl.append(i)
+        osl.append(o)
+        prefix_id.append(pid)
+        prefix_tokens.append(min(ptok, i - 1))
     has_prefix = any(p >= 0 for p in prefix_id)
     return Requests(np.asarray(isl, dtype=np.int64), np.asarray(osl, dtype=np.int64),
                     np.asarray(arrival, dtype=float),

@@ -57,14 +57,14 @@ class Speculation:
         """The draft model, its parallelism, and whether it is a head on the target."""
         from phasewise.errors import InputError
 
-        if (self.draft is None) == (self.draft_head_fraction is None):
+        if self.draft is None and self.draft_head_fraction is not None:
+            model, head = head_draft(target, self.draft_head_fraction), True
+        elif self.draft is not None and self.draft_head_fraction is None:
+            model = load_model(self.draft) if isinstance(self.draft, str) else self.draft
+            head = False
+        else:
             raise InputError("speculative decoding needs one draft: --draft MODEL or "
                              "--draft-head FRACTION.")
-        head = self.draft is None
-        if head:
-            model = head_draft(target, self.draft_head_fraction)
-        else:
-            model = load_model(self.draft) if isinstance(self.draft, str) else self.draft
         return model, draft_parallelism(model, parallelism, head), head
 
     def warnings(self, target: ModelSpec, parallelism: Parallelism) -> list[str]:

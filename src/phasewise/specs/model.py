@@ -395,7 +395,7 @@ class ModelSpec:
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        positive = ("hidden_size", "num_layers", "vocab_size")
+        positive: tuple[str, ...] = ("hidden_size", "num_layers", "vocab_size")
         if not self.layer_specs:
             positive += ("num_heads", "num_kv_heads", "head_dim")
         for name in positive:

@@ -227,8 +227,8 @@ class Precision:
             weights, modules, source = UNQUANTIZED, (), "bf16 (the checkpoint declares no format)"
             if checkpoint is not None:
                 modules = tuple(checkpoint.weights)
-                weights = dict(modules).get("experts") if model.is_moe else None
-                weights = weights or dict(modules).get("mlp") or UNQUANTIZED
+                experts = dict(modules).get("experts") if model.is_moe else None
+                weights = experts or dict(modules).get("mlp") or UNQUANTIZED
                 source = checkpoint.source
                 projections = tuple(checkpoint.projections)
         kv = self.kv_cache

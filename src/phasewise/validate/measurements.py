@@ -2,9 +2,11 @@
 
 The bundled file (``catalog/measurements/*.csv``) and a user's file share one layout:
 ``record_id, category, phase, source_name, source_url, source_locator, hardware,
-num_accelerators, model, weight_dtype, software_stack, parallelism,
+num_accelerators, model, weight_dtype, software_stack, engine, parallelism,
 batch_or_concurrency, input_len, output_len, kv_depth, metric, value, unit`` plus
-optional provenance and note columns. A row that cannot be read is reported, never
+optional provenance and note columns. ``engine`` names the engine with its variants and
+micro-batch as ``--engine`` takes it (``llama.cpp+flash-attn+ub2048``); a row that leaves
+it empty has it read from its ``software_stack`` text. A row that cannot be read is reported, never
 dropped silently, and the rest are kept.
 """
 
@@ -24,7 +26,7 @@ MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "catalog" / "measure
 REQUIRED_COLUMNS = ("record_id", "phase", "source_name", "hardware", "model", "weight_dtype",
                     "software_stack", "parallelism", "batch_or_concurrency", "input_len",
                     "output_len", "metric", "value", "unit")
-OPTIONAL_COLUMNS = ("category", "source_url", "source_locator", "provenance",
+OPTIONAL_COLUMNS = ("engine", "category", "source_url", "source_locator", "provenance",
                     "num_accelerators", "hw_specs_as_stated", "model_params_b", "kv_depth",
                     "peak_ref_value", "peak_ref_unit", "fraction_of_peak", "peak_ref_source",
                     "notes", "exclude", "load", "request_rate", "num_prompts")
@@ -82,6 +84,7 @@ class Measurement:
     load: str = ""  # one of LOADS for a serving run; "" for a static batch or one stream
     request_rate: float = 0.0  # requests per second, for a rate or an MLPerf Server run
     num_prompts: int = 0  # requests the benchmark sent (0: not stated)
+    engine: str = ""  # the engine, variants and micro-batch as --engine takes them
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +203,8 @@ def _measurement(raw: dict[str, str | None], line: int) -> Measurement:
         source_locator=text("source_locator"), notes=text("notes"), exclude=text("exclude"),
         line=line, model_params_b=_number(text("model_params_b"), "model_params_b"),
         load=load, request_rate=rate,
-        num_prompts=_count(text("num_prompts"), "num_prompts", default=0))
+        num_prompts=_count(text("num_prompts"), "num_prompts", default=0),
+        engine=text("engine"))
 
 
 def _load(load: str, batch: str) -> tuple[str, str]:

@@ -9,15 +9,15 @@ paths to each other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from phasewise.cost.calibrated import Calibrated
-from phasewise.cost.calibration import Profile, configure, load_profile
+from phasewise.cost.calibration import Profile, load_profile
 from phasewise.cost.fit import FitResult, Observation, fit_profile
 from phasewise.errors import InputError
 from phasewise.estimate import estimate
 from phasewise.ledger import Step, build_ledger
-from phasewise.lower import backend_of, split_prefill
+from phasewise.lower import split_prefill
 from phasewise.validate.measurements import MeasurementFile, Problem
 from phasewise.validate.scenario import (
     MappingError,
@@ -123,7 +123,7 @@ def dataset(files: Sequence[MeasurementFile]) -> Dataset:
                                                f"{_name(file.path)}: {err}"))
                 continue
             try:
-                scenario = _configured(scenario_for(row), row.software_stack)
+                scenario = scenario_for(row)
                 _check_priceable(scenario)
             except (MappingError, InputError) as err:
                 out.skipped.append(Problem(row.line, row.record_id, f"{_name(file.path)}: {err}"))
@@ -141,15 +141,6 @@ def _check_priceable(scenario: Scenario) -> None:
     if scenario.kind not in CEILING_KINDS:
         scenario.hardware.peak_flops(scenario.precision.math_format)
         observation(scenario)
-
-
-def _configured(scenario: Scenario, software: str) -> Scenario:
-    """The scenario's engine with the variants its software description selects (a flag
-    such as llama-bench's -fa 1, a build before a code path changed)."""
-    if scenario.engine is None:
-        return scenario
-    return replace(scenario, engine=configure(scenario.engine, software,
-                                              backend_of(scenario.hardware)))
 
 
 def _name(path: str) -> str:

@@ -3,7 +3,9 @@
 Device and model names are resolved through the catalogs' aliases after peeling off what
 sources add (vendor, memory size, form-factor remarks in parentheses); weight formats
 through the number-format table (GGUF types are weight-only, computed in fp16, as
-llama.cpp does); the engine from the software named in the row.
+llama.cpp does); the engine, with its variants, from the row's ``engine`` column (a name as
+``--engine`` takes it), or for a row without one from the software its text names
+(``catalog.software_text``).
 
 Every phase metric becomes a time in seconds, so errors read the same way everywhere:
 ``error = predicted time / measured time - 1`` (positive: phasewise expects it slower).
@@ -15,9 +17,11 @@ import re
 from dataclasses import dataclass
 
 from phasewise.catalog import load_hardware, load_model, model_index
-from phasewise.cost.calibration import Engine, engines
+from phasewise.catalog.software_text import engine_from_software
+from phasewise.cost.calibration import Engine, engine_names, resolve_engine
 from phasewise.errors import InputError
 from phasewise.estimate.types import Estimate
+from phasewise.lower import backend_of
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision, Workload
 from phasewise.specs.precision import number_format
 
@@ -274,16 +278,18 @@ def parallelism_for(text: str, devices: int, engine: Engine | None = None) -> Pa
     return par
 
 
-def engine_for(software_stack: str) -> Engine:
-    """The engine a row names (by any alias of an engine in catalog/calibration/engines.toml)."""
-    lowered = software_stack.lower()
-    for engine in engines().values():
-        if engine.name == "generic":
-            continue
-        if any(alias.lower() in lowered for alias in (engine.name, *engine.aliases)):
-            return engine
-    raise MappingError(f"unknown engine in software_stack '{software_stack}'; name one of "
-                       f"{', '.join(e for e in engines() if e != 'unrecorded')}")
+def engine_for(row, hardware: HardwareSpec) -> Engine:  # noqa: ANN001 - a Measurement
+    """The engine the row states in its ``engine`` column ('llama.cpp+flash-attn+ub2048'),
+    or for a row without one the engine, variants and micro-batch its software text names
+    on the device's backend (``catalog.software_text``)."""
+    name = row.engine or engine_from_software(row.software_stack, backend_of(hardware))
+    if not name:
+        raise MappingError(f"unknown engine in software_stack '{row.software_stack}'; add an "
+                           f"engine column naming one of {', '.join(engine_names())}")
+    try:
+        return resolve_engine(name)
+    except InputError as err:
+        raise MappingError(str(err)) from None
 
 
 def scenario_for(row) -> Scenario:  # noqa: ANN001 - a validate.measurements.Measurement
@@ -293,7 +299,7 @@ def scenario_for(row) -> Scenario:  # noqa: ANN001 - a validate.measurements.Mea
         return _microbenchmark(row, hardware)
     model = resolve_model(row.model, row.model_params_b)
     precision = precision_for(row.weight_dtype)
-    engine = engine_for(row.software_stack)
+    engine = engine_for(row, hardware)
     par = parallelism_for(row.parallelism, row.num_accelerators, engine)
     metric, unit = row.metric.lower(), " ".join(row.unit.lower().split())
     common = dict(record_id=row.record_id, source=row.source, phase=row.phase, model=model,
