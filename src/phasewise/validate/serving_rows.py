@@ -123,7 +123,7 @@ def serving_scenario_for(row: Measurement) -> ServingScenario:
     """The replay a serving row describes, or a MappingError naming what is unknown."""
     model = resolve_model(row.model, row.model_params_b)
     hardware = resolve_device(row.hardware)
-    engine_for(row.software_stack)  # the row names an engine the cost model knows
+    engine_for(row, hardware)  # the row names an engine the cost model knows
     par = layout_for(row.parallelism, row.num_accelerators, is_moe=model.is_moe)
     statistic, figure, measured_s = _measured(row, par.devices)
     if row.input_len <= 0 or row.output_len <= 0:
