@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from phasewise.report.plots import pyplot, save_figure
-from phasewise.validate.run import Prediction, short_source
+from phasewise.validate.prediction import Prediction, short_source
 from phasewise.validate.score import prediction_rows
 
 MARKERS = {"prefill": "o", "decode": "s", "end_to_end": "D", "gemm": "^", "memory_bw": "v"}

@@ -19,6 +19,7 @@ from phasewise.estimate import estimate
 from phasewise.ledger import Step, build_ledger
 from phasewise.lower import split_prefill
 from phasewise.validate.measurements import MeasurementFile, Problem
+from phasewise.validate.prediction import Prediction, short_source
 from phasewise.validate.scenario import (
     MappingError,
     Scenario,
@@ -32,45 +33,6 @@ PHASE_KINDS = ("prefill", "decode", "end_to_end")
 # As ``estimate`` averages decode: Simpson's rule over the first, middle and last context.
 SIMPSON_WEIGHTS = (1 / 6, 4 / 6, 1 / 6)
 CEILING_KINDS = ("gemm", "memory_bw")
-
-
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    """One row: what was measured, what phasewise expects, and the speed-of-light floor."""
-
-    record_id: str
-    source: str
-    phase: str
-    hardware: str
-    model: str
-    engine: str
-    metric: str
-    unit: str
-    measured: float
-    predicted: float
-    floor: float
-    measured_s: float
-    predicted_s: float
-    floor_s: float
-    # the engine's fp16-accumulate speed-up on this device for the row's 16-bit matmuls
-    # (lower.engines.Traits.gemm_peak_factor; 1 where none applies): the floor takes the sheet's
-    # fp32-accumulate rate, so a row can beat it by up to this factor
-    fp16_accumulate_speedup: float = 1.0
-
-    @property
-    def error(self) -> float:
-        """Predicted over measured time, minus one (positive: expected slower)."""
-        return self.predicted_s / self.measured_s - 1.0
-
-    @property
-    def floor_error(self) -> float:
-        return self.floor_s / self.measured_s - 1.0
-
-    @property
-    def beats_floor(self) -> bool:
-        """Measured faster than the speed-of-light floor (``FLOOR_BEATEN`` says what that
-        can mean)."""
-        return self.floor_s > self.measured_s
 
 
 # What a measurement faster than the speed-of-light floor says: the floor is the ledger's
@@ -226,13 +188,6 @@ def match_source(name: str, known: Sequence[str]) -> str:
         what = "matches several sources" if found else "matches no source"
         raise InputError(f"--holdout-source '{name}' {what}; choose one of: {listing}.")
     return found[0]
-
-
-def short_source(source: str) -> str:
-    """'Splitwise / SplitwiseSim profiling database (...)' -> 'Splitwise'."""
-    for cut in (" (", ": ", " / ", " README", " performance overview"):
-        source = source.split(cut)[0]
-    return source.strip()
 
 
 def in_sample(scenarios: Sequence[Scenario], profile: Profile | None = None) -> list[Prediction]:

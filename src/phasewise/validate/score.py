@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from phasewise.validate.run import Prediction, short_source
+from phasewise.validate.prediction import Prediction, short_source
 
 PHASE_ORDER = ("prefill", "decode", "end_to_end", "serving", "gemm", "memory_bw")
 ALL_SOURCES = "all"

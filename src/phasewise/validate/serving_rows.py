@@ -29,7 +29,7 @@ import numpy as np
 from phasewise.errors import InputError
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 from phasewise.validate.measurements import Measurement, Problem
-from phasewise.validate.run import Prediction
+from phasewise.validate.prediction import Prediction
 from phasewise.validate.scenario import (
     MappingError,
     engine_for,
