@@ -8,7 +8,7 @@ from typing import Any
 
 from phasewise.plan.profile import Profile
 from phasewise.plan.queueing import class_percentile
-from phasewise.plan.screen import Candidate, Layout
+from phasewise.plan.screen import Candidate, Layout, rank_key
 from phasewise.plan.types import CandidateRow, Front, PlanReport, PoolRow, TargetResult
 from phasewise.plan.verify import Verification, simulate_command
 from phasewise.version import __version__
@@ -85,7 +85,6 @@ def _shortfall(r: CandidateRow) -> str:
 
 
 def _best_screened(rows: _Rows, candidates: list[Candidate]) -> CandidateRow | None:
-    from phasewise.plan.search import rank_key
 
     if not candidates:
         return None
@@ -96,7 +95,6 @@ def _best_per_device(rows: _Rows, candidates: list[Candidate],
                      verified: dict[int, Verification]) -> list[CandidateRow]:
     """Per device type (and device pair): the cheapest verified layout meeting the SLOs,
     else the best the screen found."""
-    from phasewise.plan.search import rank_key
 
     first: dict[str, Candidate] = {}
     for c in sorted(candidates, key=rank_key):

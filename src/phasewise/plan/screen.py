@@ -478,3 +478,10 @@ def _keep(status, usd, pre: list[_Side], dec: list[_Side]) -> list[tuple[int, in
             bucket.append((i, j))
             kept.append((i, j))
     return sorted(kept)
+
+
+def rank_key(c: Candidate) -> tuple:
+    """Screened order: meeting the SLOs first, then cheaper, then faster end to end."""
+    pred = c.prediction
+    e2e = sum(pred.e2e_s) / len(pred.e2e_s) if pred.e2e_s else float("inf")
+    return (STATUS_ORDER[pred.status], round(c.layout.usd_per_hour, 6), e2e, c.index)

@@ -22,9 +22,9 @@ from phasewise.plan.executors import Serial
 from phasewise.plan.profile import Profile, price_shape
 from phasewise.plan.report_rows import build_report
 from phasewise.plan.screen import (
-    STATUS_ORDER,
     Candidate,
     Problem,
+    rank_key,
     screen_colocated,
     screen_disaggregated,
 )
@@ -191,13 +191,6 @@ def _screen(p: _Prepared, profiles: list[Profile]) -> tuple[list[Candidate], int
     pairs, evaluated = screen_disaggregated(profiles, problem, len(colocated), link, kv_bytes,
                                             disagg_chunk)
     return colocated + pairs, len(colocated) + evaluated
-
-
-def rank_key(c: Candidate) -> tuple:
-    """Screened order: meeting the SLOs first, then cheaper, then faster end to end."""
-    pred = c.prediction
-    e2e = sum(pred.e2e_s) / len(pred.e2e_s) if pred.e2e_s else float("inf")
-    return (STATUS_ORDER[pred.status], round(c.layout.usd_per_hour, 6), e2e, c.index)
 
 
 def _pick(candidates: list[Candidate], budget: int) -> list[Candidate]:
