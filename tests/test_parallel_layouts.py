@@ -137,3 +137,14 @@ def test_dp_given_apart_needs_ep_to_divide_the_group() -> None:
         Parallelism(tp=1, ep=3, dp=8)
     with pytest.raises(InputError, match="replicas"):
         check_parallelism(LLAMA_8B, Parallelism(tp=1, dp=2))
+
+
+def test_simulate_takes_expert_tp_under_dp_attention() -> None:
+    from phasewise.commands.simulate import _parallelism
+
+    # --tp 1 --attention-dp 8 --ep 2: 8 devices, experts 2 ways, each 8 / 2 = 4 ways wide
+    par = _parallelism(1, 1, 2, 8)
+    assert (par.devices, par.attention_dp, par.ep, par.moe_tp) == (8, 8, 2, 4)
+    assert _parallelism(1, 1, None, 8) == Parallelism(tp=1, ep=8)  # DP attention + EP
+    with pytest.raises(InputError, match="divides 8"):
+        _parallelism(1, 1, 3, 8)
