@@ -230,9 +230,13 @@ def test_engine_layouts_map_to_the_ledger(layout: dict, expected: Parallelism) -
     assert par == expected and par.attention_dp == layout["attention_dp"]
 
 
-def test_expert_tp_under_dp_attention_is_refused() -> None:
-    with pytest.raises(InputError, match="no form"):
-        engine_layout(tp=1, attention_dp=64, moe_tp=8, moe_ep=8)
+def test_expert_tp_under_dp_attention_states_its_dp_apart() -> None:
+    # attention TP 1 × DP 64 over MoE TP 8 × EP 8: 64 ranks, each expert split 8 ways
+    par = engine_layout(tp=1, attention_dp=64, moe_tp=8, moe_ep=8)
+    assert par == Parallelism(1, 1, 8, 64) and (par.devices, par.moe_tp) == (64, 8)
+
+
+def test_a_layout_whose_moe_does_not_fill_the_replica_is_refused() -> None:
     with pytest.raises(InputError, match="must equal"):
         engine_layout(tp=8, moe_tp=2, moe_ep=2)
 

@@ -126,9 +126,11 @@ def test_layouts_as_the_engines_write_them(text, devices, moe, tp, pp, ep) -> No
     assert (par.tp, par.pp, par.ep) == (tp, pp, ep)
 
 
-def test_expert_tp_under_dp_attention_is_refused_with_the_reason() -> None:
-    with pytest.raises(MappingError, match="expert tensor parallelism under attention DP"):
-        layout_for("TP8 DP-attention8 MoE-TP8", 8, is_moe=True)
+def test_expert_tp_under_dp_attention_is_read_and_a_wrong_device_count_refused() -> None:
+    # SGLang --tp 8 --dp 8 --enable-dp-attention without EP: attention TP 1 × DP 8, the MoE
+    # TP 8 over all 8 ranks.
+    par = layout_for("TP8 DP-attention8 MoE-TP8", 8, is_moe=True)
+    assert (par.tp, par.attention_dp, par.moe_tp, par.ep, par.devices) == (1, 8, 8, 1, 8)
     with pytest.raises(MappingError, match="uses 4 devices but the row says 8"):
         layout_for("TP4", 8, is_moe=False)
 
@@ -167,12 +169,12 @@ def test_validate_scores_serving_rows_held_out_and_skips_what_it_cannot_describe
                  "S1,end_to_end,s,NVIDIA H100 SXM,1,Llama 3.1 8B,bf16,vLLM 0.10,TP1,4,512,64,"
                  "p99_ttft,50,ms,concurrency,,8",
                  "S2,end_to_end,s,AMD Instinct MI300X,8,DeepSeek-R1,FP8,SGLang 0.4.3,"
-                 "TP8 DP-attention8 MoE-TP8,4,512,64,mean_ttft,50,ms,concurrency,,8")
+                 "TP4,4,512,64,mean_ttft,50,ms,concurrency,,8")
     outcome = run_validation([load_measurements(path)])
     assert [p.record_id for p in outcome.predictions] == ["S1"]
     assert [s.phase for s in outcome.scores] == ["serving", "serving"]  # the source, then all
     assert "held out in every mode" in " ".join(outcome.notes)
-    assert "expert tensor parallelism" in outcome.skipped[0].reason
+    assert "uses 4 devices but the row says 8" in outcome.skipped[0].reason
     assert len(dataset([load_measurements(path)]).serving) == 1
 
 

@@ -107,7 +107,9 @@ def simulate(
                                      "over ep / tp groups (DP attention + EP)."),
     attention_dp: int = typer.Option(1, "--attention-dp", help="Attention data-parallel ranks "
                                      "of --tp devices each; the experts spread over all of "
-                                     "them (sets --ep to tp × this)."),
+                                     "them (--ep defaults to tp × this; a smaller --ep splits "
+                                     "each expert tp × this / ep ways: MoE TP under DP "
+                                     "attention)."),
     replicas: int = typer.Option(1, "--replicas", help="Replicas behind the load balancer."),
     weight_dtype: str = weight_dtype_option(),
     act_dtype: str = act_dtype_option(),
@@ -336,11 +338,13 @@ def _parallelism(tp: int, pp: int, ep: int | None, attention_dp: int) -> Any:
 
     if attention_dp < 1:
         raise InputError(f"--attention-dp {attention_dp}: give at least 1.")
-    if attention_dp > 1 and ep is not None and ep != tp * attention_dp:
-        raise InputError(f"--attention-dp {attention_dp} with --tp {tp} spreads the experts "
-                         f"over {tp * attention_dp} devices; drop --ep or give --ep "
-                         f"{tp * attention_dp}.")
-    return Parallelism(tp, pp, ep or tp * attention_dp if attention_dp > 1 else ep or 1)
+    group = tp * attention_dp
+    if attention_dp > 1 and ep is not None and ep != group:
+        if ep > group or group % ep:
+            raise InputError(f"--attention-dp {attention_dp} with --tp {tp} spreads the "
+                             f"experts over {group} devices; give an --ep that divides {group}.")
+        return Parallelism(tp, pp, ep, attention_dp)  # MoE TP group / ep under DP attention
+    return Parallelism(tp, pp, ep or group if attention_dp > 1 else ep or 1)
 
 
 def _preset(engine: str | None, hardware: str, par: Any, graph_sizes: str | None,

@@ -114,7 +114,7 @@ def _larger_tp_hint(model: ModelSpec, device: HardwareSpec, workload: Workload,
 def _estimate_on(model: ModelSpec, device: HardwareSpec, workload: Workload,
                  precision: Precision, par: Parallelism, cost: Cost) -> Estimate:
     link = device.interconnect
-    if par.devices > 1 and link is not None and max(par.tp, par.ep) > link.max_devices:
+    if par.devices > 1 and link is not None and par.devices // par.pp > link.max_devices:
         raise InputError(f"TP{par.tp} spans more than the {link.max_devices} devices "
                          f"{link.name} joins; use --pp across machines.")
     return estimate(model, device, workload, precision, par, cost=cost_for(cost, device))

@@ -30,7 +30,7 @@ from phasewise.ledger.layers import (
     mixer_weight_bytes,
     state_bytes_per_sequence,
 )
-from phasewise.ledger.moe import expected_distinct_experts
+from phasewise.ledger.moe import expected_distinct_experts, expert_slots_per_rank
 from phasewise.ledger.ops import Ledger, Op
 from phasewise.ledger.step import Step
 from phasewise.specs import ModelSpec, Parallelism, Precision
@@ -83,6 +83,17 @@ CONV_FLOPS_PER_TAP = 2
 COMPRESS_POOL_FLOPS_PER_ELEMENT = 5
 # Its indexer scores are fp32 (Indexer.forward: einsum, then dist.all_reduce(index_score)).
 INDEX_SCORE_BYTES = 4
+# Collectives move the hidden states in the model's 16-bit dtype whatever the GEMMs'
+# activation format: an fp8 or fp4 linear method quantises its input inside the kernel and
+# returns its output in the input's dtype, which RowParallelLinear.forward then hands to
+# tensor_model_parallel_all_reduce (vLLM model_executor/layers/linear.py); TensorRT-LLM's
+# AllReduce runs on the bf16 hidden state (_torch/distributed/ops.py, the fused
+# residual-add + RMSNorm all-reduce), SGLang's on the RowParallelLinear output as vLLM's.
+COLLECTIVE_BYTES = 2.0
+# The exception the engines document: DeepEP's low-latency dispatch sends tokens to the
+# experts in fp8 (``use_fp8`` dispatch, bf16 combine; deepseek-ai/DeepEP README), as SGLang's
+# and vLLM's DeepEP back ends run it for fp8 checkpoints.
+FP8_DISPATCH_BYTES = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +111,7 @@ class _Shard:
     head_wb: float
     expert_format: str  # routed experts' block format when a file type stores them apart
     ab: float
+    cb: float  # the collectives' bytes per element (COLLECTIVE_BYTES or wider activations)
     kvb: float
     kv_keep: float  # fraction of cached tokens the cache keeps (Precision.kv_keep)
     kv_convert: bool  # KV stored narrower than activations: dequantize on read
@@ -111,7 +123,7 @@ class _Shard:
             object.__setattr__(self, "_hash", hash((
                 self.tokens, self.logit_tokens, self.sequences, self.moe_tokens, self.wb,
                 self.mlp_wb, self.expert_wb, self.embed_wb, self.head_wb, self.expert_format,
-                self.ab, self.kvb, self.kv_keep, self.kv_convert)))
+                self.ab, self.cb, self.kvb, self.kv_keep, self.kv_convert)))
         return self._hash  # type: ignore[return-value]
 
 
@@ -131,7 +143,7 @@ def _build(model: ModelSpec, step: Step, precision: Precision, par: Parallelism)
         ops += _layer_ops(model, group, step, _group_shard(model, group, shard, precision), par)
     ops += _head(model, shard, par)
     if par.pp > 1:
-        message = shard.tokens * model.hidden_size * shard.ab
+        message = shard.tokens * model.hidden_size * shard.cb
         ops.append(Op("pp.send", "communication", f"{par.pp - 1} stage boundaries", par.pp - 1,
                       0.0, network=message * (par.pp - 1), hops=par.pp - 1))
     return Ledger(step, tuple(ops), precision.math_format, par.devices)
@@ -148,8 +160,9 @@ def _group_shard(model: ModelSpec, group: LayerGroup, shard: _Shard, precision: 
 
 
 def check_parallelism(model: ModelSpec, par: Parallelism) -> None:
-    """Tensor parallelism must split every layer's heads; expert parallelism every MoE's
-    experts."""
+    """Tensor parallelism must split every layer's heads. Expert parallelism need not divide
+    the experts: the engines hold ⌈E / ep⌉ slots a rank with redundant replicas
+    (``ledger.moe.expert_slots_per_rank``)."""
     tp = par.tp
     for mixer in model.mixers:
         heads = getattr(mixer, "heads", None) or getattr(mixer, "value_heads", None)
@@ -168,10 +181,13 @@ def check_parallelism(model: ModelSpec, par: Parallelism) -> None:
     moes = [g.layer.mlp for g in model.layer_groups if isinstance(g.layer.mlp, MoE)]
     if par.ep > 1 and not moes:
         raise InputError(f"--ep {par.ep} needs a mixture-of-experts model; {model.name} is dense.")
+    if par.dp > 1 and not moes:
+        raise InputError(f"attention DP {par.dp} on dense {model.name} is {par.dp} replicas; "
+                         "give --replicas instead.")
     for mlp in moes:
-        if mlp.experts % par.ep:
-            raise InputError(f"--ep {par.ep} does not divide {model.name}'s {mlp.experts} "
-                             "experts.")
+        if par.ep > mlp.experts:
+            raise InputError(f"--ep {par.ep} is wider than {model.name}'s {mlp.experts} "
+                             f"experts; choose at most {mlp.experts}.")
 
 
 def _shard(step: Step, precision: Precision, par: Parallelism) -> _Shard:
@@ -188,6 +204,7 @@ def _shard(step: Step, precision: Precision, par: Parallelism) -> _Shard:
         head_wb=precision.weight_bytes_for("lm_head"),
         expert_format=precision.expert_block_format,
         ab=precision.activation_bytes,
+        cb=max(COLLECTIVE_BYTES, precision.activation_bytes),
         kvb=precision.kv_bytes,
         kv_keep=precision.kv_keep,
         kv_convert=precision.kv_bytes < precision.activation_bytes,
@@ -218,8 +235,9 @@ def _norm(name: str, layers: str, calls: int, width: float, shard: _Shard) -> Op
 def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int) -> Op:
     """All-reduce of the hidden states at its lower bounds: the ring's bandwidth term, 2(p−1)/p
     of the message leaving each device, and a tree's 2·⌈log2 p⌉ latency-bound rounds (NCCL
-    switches to tree/one-shot algorithms for the small messages of decode)."""
-    message = shard.tokens * model.hidden_size * shard.ab
+    switches to tree/one-shot algorithms for the small messages of decode), in the 16-bit
+    dtype of the hidden state (COLLECTIVE_BYTES)."""
+    message = shard.tokens * model.hidden_size * shard.cb
     rounds = 2 * math.ceil(math.log2(tp))
     return Op("tp.allreduce", "communication", layers, calls, 0.0,
               network=2 * (tp - 1) / tp * message * calls, hops=rounds * calls)
@@ -263,7 +281,7 @@ def _layer_ops(model: ModelSpec, group: LayerGroup, step: Step, shard: _Shard,
             ops += _hyper_connection("mlp", streams, model, shard, layers, calls)
         ops.append(_norm("mlp.norm", layers, calls, model.hidden_size, shard))
         ops += _mlp_ops(model, layer.mlp, shard, par, layers, calls)
-        if par.tp > 1:
+        if par.tp > 1 and not (par.gathers_moe_tokens and isinstance(layer.mlp, MoE)):
             ops.append(_allreduce(layers, calls, model, shard, par.tp))
     return ops
 
@@ -721,15 +739,20 @@ def _dense_mlp(prefix: str, width: float, gated: bool, model: ModelSpec, shard: 
 
 def _moe(model: ModelSpec, mlp: MoE, shard: _Shard, par: Parallelism, layers: str,
          calls: int) -> list[Op]:
-    """Router, routed experts and, with data-parallel attention, the all-to-all; with a latent
-    MoE the down and up projections into the experts' latent space.
+    """Router, routed experts and the exchange of tokens between ranks; with a latent MoE the
+    down and up projections into the experts' latent space.
 
-    FLOPs follow the routed tokens (T·k spread over ep devices); weight bytes follow the
-    distinct experts a device's share of them touches (DESIGN.md, counting conventions)."""
+    FLOPs follow the routed tokens (T·k spread over ep devices, each expert's width split
+    ``par.moe_tp`` ways). A rank holds s = ⌈E / ep⌉ expert slots (redundant replicas where ep
+    does not divide E, ``expert_slots_per_rank``); with uniform routing each slot's expert is
+    touched by the step's T tokens with probability 1 − (1 − k/E)^T, so the weight bytes read
+    are s·(1 − (1 − k/E)^T) experts' (DESIGN.md, counting conventions; E/ep·… when ep divides
+    E). The exchange: an all-to-all dispatch and combine when experts span the attention
+    DP ranks (ep > tp), or, with attention DP given apart (``par.gathers_moe_tokens``), the
+    gather of every rank's tokens before the experts and the reduce-scatter after them."""
     h, k, e = model.hidden_size, mlp.top_k, mlp.experts
     tp, ep = par.tp, par.ep
-    expert_split = tp / ep if tp > ep else 1  # remaining split of each expert's width
-    width = mlp.width / expert_split
+    width = mlp.width / par.moe_tp
     inner = mlp.latent_size or h
     ops = [_gemm("moe.router", layers, calls, shard.tokens, e, h, shard)]
     if mlp.latent_size:
@@ -737,7 +760,8 @@ def _moe(model: ModelSpec, mlp: MoE, shard: _Shard, par: Parallelism, layers: st
                          weight_bytes=shard.mlp_wb))
     mats = 3 if mlp.gated else 2
     routed_pairs = shard.moe_tokens * k / ep
-    distinct = expected_distinct_experts(e, k, shard.moe_tokens) / ep
+    touched = expected_distinct_experts(e, k, shard.moe_tokens) / e
+    distinct = expert_slots_per_rank(e, ep) * touched
     expert_params = mats * inner * width
     ops.append(Op("moe.experts", "gemm", layers, calls,
                   2.0 * routed_pairs * expert_params * calls,
@@ -749,11 +773,26 @@ def _moe(model: ModelSpec, mlp: MoE, shard: _Shard, par: Parallelism, layers: st
     if mlp.latent_size:
         ops.append(_gemm("moe.latent_up", layers, calls, shard.tokens, h, inner, shard,
                          weight_bytes=shard.mlp_wb))
-    if ep > tp:
-        dispatched = shard.tokens * k * inner * shard.ab * (ep - 1) / ep
+    if par.gathers_moe_tokens:
+        ops.append(_dp_gather_scatter(layers, calls, shard, inner, par.tp * par.attention_dp))
+    elif ep > tp:
+        per_element = max(shard.ab, FP8_DISPATCH_BYTES) + shard.cb  # dispatch, then combine
+        dispatched = shard.tokens * k * inner * (ep - 1) / ep
         ops.append(Op("ep.alltoall", "communication", layers, calls, 0.0,
-                      network=2 * dispatched * calls, hops=2 * calls))
+                      network=dispatched * per_element * calls, hops=2 * calls))
     return ops
+
+
+def _dp_gather_scatter(layers: str, calls: int, shard: _Shard, width: int, group: int) -> Op:
+    """Attention DP with the MoE over the whole group of g ranks: an all-gather of the
+    group's T·width hidden states before the experts and a reduce-scatter of their partial
+    sums after, each at the ring's bound of (g−1)/g of the gathered message leaving a device
+    (SGLang dp_gather / dp_scatter; vLLM's allgather_reducescatter exchange), in the
+    hidden state's 16-bit dtype; ⌈log2 g⌉ latency-bound rounds each."""
+    message = shard.moe_tokens * width * shard.cb
+    return Op("dp.gather_scatter", "communication", layers, calls, 0.0,
+              network=2 * (group - 1) / group * message * calls,
+              hops=2 * math.ceil(math.log2(group)) * calls)
 
 
 @lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
@@ -765,7 +804,7 @@ def _head(model: ModelSpec, shard: _Shard, par: Parallelism) -> tuple[Op, ...]:
         ops.append(_gemm("lm_head", "output", 1, shard.logit_tokens, vocab, model.hidden_size,
                          shard, weight_bytes=shard.head_wb))
         if par.tp > 1:
-            gathered = (par.tp - 1) / par.tp * shard.logit_tokens * model.vocab_size * shard.ab
+            gathered = (par.tp - 1) / par.tp * shard.logit_tokens * model.vocab_size * shard.cb
             ops.append(Op("tp.allgather", "communication", "output", 1, 0.0, network=gathered,
                           hops=par.tp - 1))
     return tuple(ops)

@@ -10,8 +10,10 @@ from phasewise.ledger.layers import (
     kv_bytes_per_token,
     mixer_params,
     mixer_weight_bytes,
+    routed_expert_params,
     state_bytes_per_sequence,
 )
+from phasewise.ledger.moe import expert_slots_per_rank
 from phasewise.ledger.params import param_counts
 from phasewise.specs import ModelSpec, Parallelism, Precision
 from phasewise.specs.model import Attention, CompressedAttention, DenseMLP, LatentAttention, MoE
@@ -21,8 +23,11 @@ LOGIT_BYTES = 4
 
 
 def weight_bytes_per_device(model: ModelSpec, precision: Precision, par: Parallelism) -> float:
-    """Each module class at its own format; routed experts split max(tp, ep) ways, everything
-    else tp ways; pp splits layers."""
+    """Each module class at its own format; everything but the routed experts split tp ways;
+    pp splits layers. A device holds ⌈E / ep⌉ expert slots of each MoE layer (redundant
+    replicas where ep does not divide E, ``ledger.moe.expert_slots_per_rank``), each
+    expert's width split ``par.moe_tp`` ways: with every expert's parameters P_e,
+    ⌈E / ep⌉ · P_e / moe_tp per layer (E·P_e / max(tp, ep) when ep divides E)."""
     precision = precision.for_model(model)
     counts = param_counts(model)
     h = model.hidden_size
@@ -41,8 +46,19 @@ def weight_bytes_per_device(model: ModelSpec, precision: Precision, par: Paralle
                 + mixing * HYPER_CONNECTION_WEIGHT_BYTES
                 + embed * precision.weight_bytes_for("embed")
                 + head * precision.weight_bytes_for("lm_head")) / par.tp
-    experts = counts.routed_experts / max(par.tp, par.ep) * precision.weight_bytes_for("experts")
+    experts = _routed_params_per_device(model, par) * precision.weight_bytes_for("experts")
     return (tp_split + experts) / par.pp
+
+
+def _routed_params_per_device(model: ModelSpec, par: Parallelism) -> float:
+    """Routed-expert parameters one device holds (``weight_bytes_per_device``)."""
+    total = 0.0
+    for group in model.layer_groups:
+        mlp = group.layer.mlp
+        if isinstance(mlp, MoE):
+            per_expert = routed_expert_params(mlp, model.hidden_size) / mlp.experts
+            total += group.count * expert_slots_per_rank(mlp.experts, par.ep) * per_expert
+    return total / par.moe_tp
 
 
 def _hyper_connection_params(model: ModelSpec) -> float:

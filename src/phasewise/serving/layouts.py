@@ -9,7 +9,10 @@ groups and experts ``ep`` ways, each expert's width ``tp / ep`` ways when tp > e
 
 - D = 1: Parallelism(tp=T, ep=me), experts TP mt = T / me inside EP me;
 - D > 1, mt = 1: Parallelism(tp=T, ep=T · D), attention DP D with EP across every device;
-- D > 1, mt > 1 (expert TP under DP attention) has no ledger form and is refused.
+- D > 1, mt > 1: Parallelism(tp=T, ep=me, dp=D), expert TP under DP attention (SGLang's
+  ``--enable-dp-attention`` without EP, vLLM's ``--data-parallel-size`` without
+  ``--enable-expert-parallel``): the MoE runs TP mt, EP me over the D · T ranks, which
+  gather their tokens before it and reduce-scatter after it.
 """
 
 from __future__ import annotations
@@ -35,10 +38,5 @@ def engine_layout(*, tp: int, attention_dp: int = 1, moe_tp: int | None = None,
     if attention_dp == 1:
         return Parallelism(tp, pp, me)
     if mt > 1:
-        _refuse(tp, attention_dp, mt, me, "expert tensor parallelism under attention DP")
+        return Parallelism(tp, pp, me, attention_dp)
     return Parallelism(tp, pp, devices)
-
-
-def _refuse(tp: int, dp: int, mt: int | None, me: int | None, what: str) -> Parallelism:
-    raise InputError(f"layout attention TP {tp} × DP {dp}, MoE TP {mt} × EP {me}: {what} has "
-                     "no form in the ledger's parallelism; use MoE EP across the DP ranks.")

@@ -174,8 +174,10 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
     from phasewise.serving import Server
     from phasewise.serving.layouts import engine_layout
     from phasewise.validate.serving_inputs import row_device, row_model, row_precision
+    from phasewise.validate.serving_layouts import as_engine_ran
 
     model = row_model(row.model)
+    row = as_engine_ran(row, is_moe=model.is_moe)
     device = row_device(row.hardware)
     precision = row_precision(row.gemm_quant, row.moe_quant, row.kv_quant, device, model, row.engine)
     pars = [engine_layout(tp=p.tp, attention_dp=p.attention_dp, moe_tp=p.moe_tp,
