@@ -90,6 +90,13 @@ INDEX_SCORE_BYTES = 4
 # AllReduce runs on the bf16 hidden state (_torch/distributed/ops.py, the fused
 # residual-add + RMSNorm all-reduce), SGLang's on the RowParallelLinear output as vLLM's.
 COLLECTIVE_BYTES = 2.0
+# Not yet applied: the calibration's link_efficiency (0.25 of the link's bandwidth, far
+# below the 0.7-0.8 nccl-tests reach on NVLink at large messages) was fitted with every
+# collective's message in the activation format, and pricing them in 16 bits without
+# refitting it doubled the fp8 rows' collective time (TensorRT-LLM's v1.0 tables: 41% to
+# 91% median error). The two change together in the next refit; until then a collective
+# moves the activation format, as the fit assumed.
+COLLECTIVES_IN_16_BITS = False
 # The exception the engines document: DeepEP's low-latency dispatch sends tokens to the
 # experts in fp8 (``use_fp8`` dispatch, bf16 combine; deepseek-ai/DeepEP README), as SGLang's
 # and vLLM's DeepEP back ends run it for fp8 checkpoints.
@@ -111,7 +118,7 @@ class _Shard:
     head_wb: float
     expert_format: str  # routed experts' block format when a file type stores them apart
     ab: float
-    cb: float  # the collectives' bytes per element (COLLECTIVE_BYTES or wider activations)
+    cb: float  # the collectives' bytes per element (see COLLECTIVES_IN_16_BITS)
     kvb: float
     kv_keep: float  # fraction of cached tokens the cache keeps (Precision.kv_keep)
     kv_convert: bool  # KV stored narrower than activations: dequantize on read
@@ -204,7 +211,8 @@ def _shard(step: Step, precision: Precision, par: Parallelism) -> _Shard:
         head_wb=precision.weight_bytes_for("lm_head"),
         expert_format=precision.expert_block_format,
         ab=precision.activation_bytes,
-        cb=max(COLLECTIVE_BYTES, precision.activation_bytes),
+        cb=max(COLLECTIVE_BYTES, precision.activation_bytes) if COLLECTIVES_IN_16_BITS
+        else precision.activation_bytes,
         kvb=precision.kv_bytes,
         kv_keep=precision.kv_keep,
         kv_convert=precision.kv_bytes < precision.activation_bytes,
@@ -235,8 +243,8 @@ def _norm(name: str, layers: str, calls: int, width: float, shard: _Shard) -> Op
 def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int) -> Op:
     """All-reduce of the hidden states at its lower bounds: the ring's bandwidth term, 2(p−1)/p
     of the message leaving each device, and a tree's 2·⌈log2 p⌉ latency-bound rounds (NCCL
-    switches to tree/one-shot algorithms for the small messages of decode), in the 16-bit
-    dtype of the hidden state (COLLECTIVE_BYTES)."""
+    switches to tree/one-shot algorithms for the small messages of decode), in the
+    collectives' format (``_Shard.cb``; COLLECTIVES_IN_16_BITS says why it is not yet 16-bit)."""
     message = shard.tokens * model.hidden_size * shard.cb
     rounds = 2 * math.ceil(math.log2(tp))
     return Op("tp.allreduce", "communication", layers, calls, 0.0,
