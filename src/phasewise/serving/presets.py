@@ -63,6 +63,15 @@ class EngineSettings:
     memory_fraction_of_free: bool  # the share is of the memory left after the weights
     host: HostTime
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    # the token budget is each attention-DP rank's own (every rank schedules its own
+    # requests), so a replica of D ranks computes up to D budgets a step
+    budget_per_attention_rank: bool = False
+
+    def replica_budget(self, attention_dp: int) -> int:
+        """Tokens one replica of ``attention_dp`` attention ranks computes a step (0: the
+        longest request)."""
+        ranks = attention_dp if self.budget_per_attention_rank else 1
+        return self.max_num_batched_tokens * ranks
 
     @property
     def label(self) -> str:
@@ -195,4 +204,5 @@ def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,
         prefix_caching=table["prefix_caching"], memory_fraction=fraction,
         memory_fraction_of_free=table.get("memory_fraction_of_free", False),
         host=host_time(doc["name"], table["overlap_scheduler"]),
-        sources={k: v for k, v in table.items() if k.endswith("_source")})
+        sources={k: v for k, v in table.items() if k.endswith("_source")},
+        budget_per_attention_rank=table.get("budget_per_attention_rank", False))

@@ -60,6 +60,9 @@ class Server:
     precision: Precision = Precision()
     scheduler: str = "continuous"
     max_seqs: int = DEFAULT_MAX_SEQS
+    # disaggregated: sequences a prefill replica holds at once (None: ``max_seqs``); the
+    # pools of a disaggregated deployment are launched with their own batch limits
+    prefill_max_seqs: int | None = None
     max_batched_tokens: int | None = None  # None: the scheduler's default
     block_tokens: int = DEFAULT_BLOCK_TOKENS
     load_balancer: str = "least-outstanding"
@@ -133,7 +136,11 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
     pools = {"both": server.pool} if not how.disaggregated else \
         {"prefill": server.pool, "decode": server.decode_pool or server.pool}
     for role, pool in pools.items():
-        members, capacities[role] = _replicas(server, model, role, pool, how.policy, limits,
+        mine = limits if role != "prefill" or server.prefill_max_seqs is None else \
+            Limits(server.prefill_max_seqs, budget)
+        if mine is not limits:
+            _check_limits(mine, longest, how.chunked, server.max_batched_tokens is not None)
+        members, capacities[role] = _replicas(server, model, role, pool, how.policy, mine,
                                               cluster, requests, bucket_tokens)
         (cluster.decode_pool if role == "decode" else cluster.front).extend(members)
     if how.disaggregated:
