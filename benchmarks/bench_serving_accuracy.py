@@ -109,26 +109,39 @@ def _usable(rows: list[dict]) -> list[dict]:
     return [r for r in rows if not r["skipped"] and float(r["sim_tpot_s"]) > 0]
 
 
-def fit_prefill_scale(rows: list[dict]) -> tuple[float, float]:
-    """(prefill scale, median |TTFT error|): the median of measured / simulated mean TTFT,
-    the simulation without host time (TTFT ≈ scale · TTFT₀, the steps before a first
-    token being prefill steps)."""
-    ratio = np.array([float(r["ttft_s"]) / float(r["sim_ttft_s"]) for r in rows])
-    scale = float(np.exp(np.median(np.log(ratio))))
-    return scale, float(np.median(np.abs(scale / ratio - 1)))
+# The TTFT fit's grid: prefill scale, and the API server's time per request.
+PREFILL_SCALES = np.arange(0.50, 2.001, 0.05)
+REQUEST_S = np.arange(0.0, 0.5001, 0.005)
+
+
+def fit_ttft(rows: list[dict]) -> tuple[float, float, float]:
+    """(prefill scale, request_s, median |TTFT error|) minimising the median absolute log
+    error of TTFT ≈ scale · TTFT₀ + request_s, TTFT₀ the simulation without host time:
+    the steps before a first token are prefill steps (scaled), and the API server's own
+    time per request (HTTP, tokenising, the first chunk streamed back) adds once."""
+    t0 = np.array([float(r["sim_ttft_s"]) for r in rows])
+    meas = np.array([float(r["ttft_s"]) for r in rows])
+    best = (1.0, 0.0, np.inf)
+    for s in PREFILL_SCALES:
+        pred = s * t0[None, :] + REQUEST_S[:, None]
+        err = np.median(np.abs(np.log(pred / meas[None, :])), axis=1)
+        i = int(np.argmin(err))
+        if err[i] < best[2]:
+            best = (float(s), float(REQUEST_S[i]), float(err[i]))
+    scale, request_s, _ = best
+    return scale, request_s, float(np.median(np.abs((scale * t0 + request_s) / meas - 1)))
 
 
 def fits_for(train: list[dict]) -> dict[str, tuple]:
-    """Per engine (scale, base_s, per_seq_s, residual, prefill scale, TTFT residual, rows)
-    fitted on ``train``."""
+    """Per engine (scale, base_s, per_seq_s, residual, prefill scale, request_s, TTFT
+    residual, rows) fitted on ``train``."""
     out = {}
     for engine in ENGINES:
         # aggregated rows only: the disaggregated ones carry the KV hand-off and the pools'
         # own batch limits, which the host time must not absorb
         mine = [r for r in _usable(train) if r["engine"] == engine and r["mode"] == "agg"]
         if mine:
-            out[engine] = (*fit_engine(mine, OVERLAP[engine]), *fit_prefill_scale(mine),
-                           len(mine))
+            out[engine] = (*fit_engine(mine, OVERLAP[engine]), *fit_ttft(mine), len(mine))
     return out
 
 
@@ -150,14 +163,14 @@ def fold_hosts(train: list[dict], held_engines: set[str]) -> dict:
     from phasewise.serving.presets import HostTime
 
     fits = fits_for(train)
-    keep = (0, 1, 2, 4)  # scale, base, per_seq, prefill scale
+    keep = (0, 1, 2, 4, 5)  # scale, base, per_seq, prefill scale, request_s
     mean = np.mean([[f[i] for i in keep] for f in fits.values()], axis=0)
     hosts = {}
     for engine in ENGINES:
-        scale, base, per_seq, prefill = [fits[engine][i] for i in keep] \
+        scale, base, per_seq, prefill, request_s = [fits[engine][i] for i in keep] \
             if engine in fits else mean
         hosts[engine] = HostTime(float(base), float(per_seq), OVERLAP[engine],
-                                 "fold fit", float(scale), float(prefill))
+                                 "fold fit", float(scale), float(prefill), float(request_s))
     return hosts
 
 
@@ -168,19 +181,22 @@ def fit_stage(table: list[dict]) -> None:
              "# benchmarks/bench_serving_accuracy.py --stage fit to the aggregated H100 and H200 rows of",
              "# catalog/measurements/serving/serving_hopper.csv (TPOT ≈ scale·TPOT₀ + base +",
              "# per_seq·concurrency; with an overlap scheduler the max of the two), TPOT₀ the",
-             "# simulation without host time; prefill_scale: the median measured / simulated",
-             "# mean TTFT, applied to the device time of steps that prefill. residuals: the",
-             "# fit's median |TPOT error| and |TTFT error| on its own rows.", ""]
-    for engine, (scale, base, per_seq, residual, prefill, ttft_residual, n) in fits.items():
+             "# simulation without host time; TTFT ≈ prefill_scale·TTFT₀ + request_s, the",
+             "# scale applied to the device time of steps that prefill, request_s the API",
+             "# server's time per request (in TTFT and E2E, not TPOT). residuals: the fit's",
+             "# median |TPOT error| and |TTFT error| on its own rows.", ""]
+    for engine, (scale, base, per_seq, residual, prefill, request_s, ttft_residual,
+                 n) in fits.items():
         lines += [f"[engines.{engine}]", f"base_s = {base:.6g}", f"per_seq_s = {per_seq:.6g}",
                   f"device_scale = {scale:.4g}", f"residual_median_abs_tpot = {residual:.4f}",
-                  f"prefill_scale = {prefill:.4g}",
+                  f"prefill_scale = {prefill:.4g}", f"request_s = {request_s:.4g}",
                   f"residual_median_abs_ttft = {ttft_residual:.4f}", f"rows = {n}",
                   f'source = "fit to {n} aggregated {engine} rows of serving_hopper.csv (H100 and '
                   f'H200), median |TPOT error| {residual:.1%}, |TTFT error| {ttft_residual:.1%}"',
                   ""]
         print(f"{engine}: scale {scale:.3f}, base {base * 1e3:.2f} ms, per seq "
               f"{per_seq * 1e6:.0f} µs, residual {residual:.1%}; prefill scale {prefill:.3f}, "
+              f"request {request_s * 1e3:.0f} ms, "
               f"TTFT residual {ttft_residual:.1%}; {n} rows")
     from phasewise.files import write_atomic
 
@@ -200,7 +216,8 @@ def score_stage(rows, args) -> None:  # noqa: ANN001
         held_rows = [by_line[int(r["line"])] for r in held if int(r["line"]) in by_line]
         held_rows = held_rows[::args.every]
         print(f"{name}: " + "; ".join(f"{e} scale {h.device_scale:.3f} prefill "
-                                      f"{h.prefill_scale:.3f} base "
+                                      f"{h.prefill_scale:.3f} request "
+                                      f"{h.request_s * 1e3:.0f} ms base "
                                       f"{h.base_s * 1e3:.2f} ms per seq {h.per_seq_s * 1e6:.0f} µs"
                                       for e, h in hosts.items()), file=sys.stderr, flush=True)
         sims = replay_rows(held_rows, hosts, args.prompts_per_client, args.workers)

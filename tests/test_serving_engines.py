@@ -291,3 +291,19 @@ def test_scales_apply_to_their_steps_and_host_time_adds() -> None:
     assert host.step_s(10e-3, 1, prefills=True) == pytest.approx(8e-3)
     assert host.step_s(10e-3, 2) == pytest.approx(12e-3)
     assert dataclasses.replace(host, overlap=True).step_s(10e-3, 2) == pytest.approx(8e-3)
+
+
+def test_the_api_servers_time_per_request_adds_to_ttft_not_tpot() -> None:
+    # one client, three requests of 8 prompt tokens and 11 answer tokens under BatchStep:
+    # 50 ms of API server per request lands once in each TTFT and E2E, never between
+    # tokens, and each next request reaches the engine 50 ms after the last answer
+    requests = Requests(np.full(3, 8), np.full(3, 11))
+    base = dataclasses.replace(engine_settings("vllm", H100), cuda_graph_sizes=(),
+                               host=HostTime())
+    front = dataclasses.replace(base, host=HostTime(request_s=50e-3))
+    plain, m0 = _run(base, requests, clients=1)
+    served, m1 = _run(front, requests, clients=1)
+    assert m1.ttft_s == pytest.approx(m0.ttft_s + 50e-3)
+    assert m1.e2el_s == pytest.approx(m0.e2el_s + 50e-3)
+    assert m1.tpot_s == pytest.approx(m0.tpot_s)
+    assert np.diff(m1.arrival_s) == pytest.approx(np.diff(m0.arrival_s) + 50e-3)

@@ -189,3 +189,35 @@ def test_a_row_without_workers_and_no_twin_keeps_its_label() -> None:
     # 512 clients as well, but another run (TTFT 19.0 s, not 4.0 s): nothing to borrow
     row = by_id["2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_disagg_8192x1024_c512_tp8_0_ep8_0_676"]
     assert [(p.workers, p.tp, p.batch) for p in row.pools] == [(1, 8, None), (1, 8, None)]
+
+
+def test_trtllm_runs_deepseek_with_an_fp8_kv_cache() -> None:
+    from phasewise.validate.serving import server_for
+
+    rows, _ = load_serving()
+    by_id = {r.record_id: r for r in rows}
+    # TensorRT-LLM's DeepSeek-R1 recipes set kv_cache_config dtype fp8; SGLang keeps bf16
+    assert server_for(by_id[DISAGG_C512_DP]).precision.kv_cache == "fp8"
+    sglang = next(r for r in rows if r.engine == "sglang" and "DeepSeek" in r.model)
+    assert server_for(sglang).precision.kv_cache == "auto"
+
+
+def test_a_decode_pool_without_workers_is_the_fewest_that_hold_the_load() -> None:
+    from phasewise.catalog import load_hardware
+    from phasewise.serving.kv_cache import ADMISSION_WATERMARK, kv_capacity
+    from phasewise.validate.scenario import resolve_model
+    from phasewise.validate.serving import server_for
+
+    rows, _ = load_serving()
+    row = next(r for r in rows if r.record_id.startswith("2026_03_25_deepseek_r1_h200_sxm_trtllm")
+               and r.mode == "disagg" and r.concurrency == 1024 and not r.pools[-1].batch)
+    server = server_for(row)
+    # TensorRT-LLM's defaults (llm_args.py): max_num_tokens 8192, max_batch_size 2048,
+    # free_gpu_memory_fraction 0.9 of what the weights leave
+    cap = kv_capacity(resolve_model(row.model), load_hardware(row.device), server.precision,
+                      server.decode_pool.parallelism, max_batched_tokens=8192, max_seqs=2048,
+                      memory_fraction=0.9, of_free=True)
+    usable = cap.tokens * (1 - ADMISSION_WATERMARK)
+    need = 1024 * (1024 + 1024)  # every client's prompt and answer in KV at once
+    n = server.decode_pool.replicas
+    assert (n - 1) * usable < need <= n * usable

@@ -39,6 +39,10 @@ class HostTime:
     source: str = ""
     device_scale: float = 1.0  # the engine's kernels against the cost model's, fitted
     prefill_scale: float = 1.0  # the same for steps that prefill, fitted to TTFT
+    # the API server's time per request outside the engine's steps (HTTP, tokenising the
+    # prompt, handing it to the engine, streaming the first token back): it adds to TTFT
+    # and end-to-end latency, not to the time between tokens
+    request_s: float = 0.0
 
     def step_s(self, device_s: float, sequences: int, prefills: bool = False) -> float:
         host_s = self.base_s + self.per_seq_s * sequences
@@ -170,7 +174,8 @@ def host_time(engine: str, overlap: bool) -> HostTime:
     if fit is None:
         return HostTime(overlap=overlap, source="no fit for this engine: no host time")
     return HostTime(fit["base_s"], fit["per_seq_s"], overlap, fit.get("source", ""),
-                    fit.get("device_scale", 1.0), fit.get("prefill_scale", 1.0))
+                    fit.get("device_scale", 1.0), fit.get("prefill_scale", 1.0),
+                    fit.get("request_s", 0.0))
 
 
 def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,

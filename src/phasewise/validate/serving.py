@@ -36,6 +36,11 @@ DEVICES = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm"}
 # label of gpt-oss-120b rows is its MXFP4 expert checkpoint run with bf16 activations.
 FORMATS = {"": ("bf16", "bf16"), "fp8": ("fp8", "fp8"), "fp8_block": ("fp8", "fp8"),
            "nvfp4": ("mxfp4", "bf16"), "int4_wo": ("int4", "bf16")}
+# KV-cache format where the engine's own recipes for a model family set one: TensorRT-LLM
+# runs DeepSeek-R1/V3 with an FP8 KV cache (examples/serve/deepseek_r1_reasoning_parser.sh,
+# docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md: kv_cache_config
+# dtype fp8). Elsewhere the checkpoint's own format ('auto').
+KV_FORMATS = {("trtllm", "deepseek-ai/"): "fp8"}
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 # The benchmark client behind each source, by a pattern of its silicon_data_source, and
 # the --random-range-ratio it ran with. InferenceMAX (its database dumps and the dated
@@ -246,12 +251,18 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
     model = resolve_model(row.model)
     device = load_hardware(row.device)
     weights, acts = FORMATS[row.gemm_quant]
+    kv = next((fmt for (engine, prefix), fmt in KV_FORMATS.items()
+               if row.engine == engine and row.model.startswith(prefix)), "auto")
     pars = [engine_layout(tp=p.tp, attention_dp=p.attention_dp, moe_tp=p.moe_tp,
                           moe_ep=p.moe_ep, is_moe=model.is_moe) for p in row.pools]
     preset = _preset(row, device, pars[-1])
     if host is not None:
         preset = replace(preset, host=replace(host, overlap=preset.host.overlap))
-    pools = [SimPool(row.device, par, p.workers) for par, p in zip(pars, row.pools, strict=False)]
+    workers = [p.workers for p in row.pools]
+    if row.mode == "disagg" and not row.pools[-1].batch:
+        workers[-1] = decode_workers_for_load(row, model, device,
+                                              Precision(weights, acts, kv), pars[-1], preset)
+    pools = [SimPool(row.device, par, n) for par, n in zip(pars, workers, strict=True)]
     prices = _PRICES.setdefault((row.model, row.device, row.gemm_quant, preset.cost_engine,
                                  preset.cuda_graph_sizes, preset.host), {})
     # the deployment's own batch limit (per replica) where the row gives one, else the
@@ -260,10 +271,29 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
     prefill_seqs = row.pools[0].replica_seqs if row.mode == "disagg" else None
     scheduler = "disaggregated" if row.mode == "disagg" else preset.scheduler
     return Server(model=model, pool=pools[0], decode_pool=pools[1] if len(pools) > 1 else None,
-                  precision=Precision(weights, acts), scheduler=scheduler,
+                  precision=Precision(weights, acts, kv), scheduler=scheduler,
                   max_seqs=max(seqs, 1), prefill_max_seqs=prefill_seqs,
                   max_batched_tokens=preset.replica_budget(row.pools[0].attention_dp) or None,
                   preset=preset, price_cache=prices)
+
+
+def decode_workers_for_load(row: ServingRow, model, device, precision, par, preset) -> int:  # noqa: ANN001
+    """Decode replicas of a disaggregated row that does not name them: the fewest that hold
+    every client's whole request in KV cache (concurrency × (ISL + OSL) tokens) within the
+    engine's sequence limit. A disaggregated deployment is sized so that its decode pool
+    does not preempt (a preempted sequence would go back to the prefill pool); a pool that
+    small is the least the run can have had."""
+    import math
+
+    from phasewise.serving.kv_cache import ADMISSION_WATERMARK, kv_capacity
+
+    capacity = kv_capacity(model, device, precision, par,
+                           max_batched_tokens=preset.max_num_batched_tokens or row.isl + row.osl,
+                           max_seqs=preset.max_num_seqs, memory_fraction=preset.memory_fraction,
+                           of_free=preset.memory_fraction_of_free)
+    usable = capacity.tokens * (1 - ADMISSION_WATERMARK)
+    need = row.concurrency * (row.isl + row.osl)
+    return max(1, math.ceil(need / usable), math.ceil(row.concurrency / preset.max_num_seqs))
 
 
 # Output tokens a replay holds at most (about 1 GiB of simulator state at 130 bytes a
