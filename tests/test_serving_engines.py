@@ -337,3 +337,12 @@ def test_an_engines_host_time_replaces_the_cost_models_fixed_time_per_pass() -> 
         preset = dataclasses.replace(base, host=HostTime(3e-3, 0.0, overlap))
         _, m = _run(preset, requests, clients=2, cost=BatchStepWithFixed())
         assert m.tpot_s == pytest.approx(np.full(2, expected_s))
+
+
+def test_the_moe_scale_applies_to_decode_steps_of_moe_models_only() -> None:
+    # device 10 ms at device scale 0.8 and MoE scale 1.5: a MoE decode step takes
+    # 10 · 0.8 · 1.5 = 12 ms + 2 ms host; a dense one 8 + 2 ms; a prefill step 10 · 0.5 + 2
+    host = HostTime(2e-3, 0.0, False, device_scale=0.8, prefill_scale=0.5, moe_scale=1.5)
+    assert host.step_s(10e-3, 4, moe=True) == pytest.approx(14e-3)
+    assert host.step_s(10e-3, 4) == pytest.approx(10e-3)
+    assert host.step_s(10e-3, 4, prefills=True, moe=True) == pytest.approx(7e-3)

@@ -21,7 +21,8 @@ KIMI = "2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597
 def _subset(tmp_path: Path, ids: set[str], extra: list[dict] | None = None) -> Path:
     with SERVING_FILE.open() as f:
         reader = csv.DictReader(f)
-        header = list(reader.fieldnames) + ["load", "request_rate", "output_tokens_per_s"]
+        header = list(reader.fieldnames) + ["load", "request_rate", "output_tokens_per_s",
+                                            "random_range_ratio"]
         rows = [r for r in reader if r["id"] in ids] + (extra or [])
     path = tmp_path / "serving.csv"
     with path.open("w", newline="") as f:
@@ -132,13 +133,18 @@ def test_a_row_without_workers_takes_the_layout_of_its_recorded_twin() -> None:
     assert by_id[DISAGG_C512_DATED].pools == by_id[DISAGG_C512_DP].pools
 
 
-def test_inferencemax_rows_draw_lengths_with_its_range_ratio() -> None:
-    from phasewise.validate.serving import benchmark_lengths
+def test_inferencemax_rows_draw_lengths_with_its_range_ratio(tmp_path: Path) -> None:
+    from phasewise.validate.serving import DEFAULT_RANGE_RATIO, benchmark_lengths
 
     rows, _ = load_serving()
     by_id = {r.record_id: r for r in rows}
-    inferencemax, fixed = by_id[DISAGG_C512_DP], by_id[LLAMA_C8]
-    assert (inferencemax.range_ratio, fixed.range_ratio) == (0.8, 1.0)
+    inferencemax, undocumented = by_id[DISAGG_C512_DP], by_id[LLAMA_C8]
+    # InferenceMAX's client: --random-range-ratio 0.8; a source naming no client: the default
+    assert (inferencemax.range_ratio, undocumented.range_ratio) == (0.8, DEFAULT_RANGE_RATIO)
+    with SERVING_FILE.open() as f:
+        base = next(r for r in csv.DictReader(f) if r["id"] == LLAMA_C8)
+    (fixed,), _ = load_serving(_subset(tmp_path, set(), [{**base, "random_range_ratio": "1"}]))
+    assert fixed.range_ratio == 1.0
     isl, osl = benchmark_lengths(inferencemax, 20_000)
     # uniform on the integers [⌊0.8 · 8192⌋, 8192] = [6553, 8192]: mean 7372.5
     assert isl.min() >= 6553 and isl.max() <= 8192 and abs(isl.mean() - 7372.5) < 15

@@ -43,10 +43,16 @@ class HostTime:
     # prompt, handing it to the engine, streaming the first token back): it adds to TTFT
     # and end-to-end latency, not to the time between tokens
     request_s: float = 0.0
+    # a decode step of a mixture-of-experts model against the cost model's, over and above
+    # device_scale, fitted: the routed experts run as grouped GEMMs of a few tokens an
+    # expert, slower than the dense GEMMs the cost model's constants were fitted to
+    moe_scale: float = 1.0
 
-    def step_s(self, device_s: float, sequences: int, prefills: bool = False) -> float:
+    def step_s(self, device_s: float, sequences: int, prefills: bool = False,
+               moe: bool = False) -> float:
         host_s = self.base_s + self.per_seq_s * sequences
-        device_s *= self.prefill_scale if prefills else self.device_scale
+        device_s *= self.prefill_scale if prefills else \
+            self.device_scale * (self.moe_scale if moe else 1.0)
         return max(device_s, host_s) if self.overlap else device_s + host_s
 
 
@@ -175,7 +181,7 @@ def host_time(engine: str, overlap: bool) -> HostTime:
         return HostTime(overlap=overlap, source="no fit for this engine: no host time")
     return HostTime(fit["base_s"], fit["per_seq_s"], overlap, fit.get("source", ""),
                     fit.get("device_scale", 1.0), fit.get("prefill_scale", 1.0),
-                    fit.get("request_s", 0.0))
+                    fit.get("request_s", 0.0), fit.get("moe_scale", 1.0))
 
 
 def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,

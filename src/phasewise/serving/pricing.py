@@ -138,7 +138,8 @@ class StepPricer:
             device_s = self._price(decode_batch, context, chunks)
         if self.host is None:
             return device_s
-        return self.host.step_s(device_s, decode_batch + len(chunks), prefills=bool(chunks))
+        return self.host.step_s(device_s, decode_batch + len(chunks), prefills=bool(chunks),
+                                moe=self.model.is_moe)
 
     def _price(self, decode_batch: int, context: int, chunks: tuple[Chunk, ...]) -> float:
         self.misses += 1
