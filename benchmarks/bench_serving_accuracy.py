@@ -78,27 +78,49 @@ def write_table(path: Path, rows, sims: dict) -> None:  # noqa: ANN001
 
 
 def read_table(path: Path) -> list[dict]:
+    """The replay table, each row marked ``moe`` when its model is a mixture of experts."""
+    from phasewise.validate.scenario import resolve_model
+    from phasewise.validate.serving import load_serving
+
     with path.open() as f:
-        return list(csv.DictReader(f))
+        table = list(csv.DictReader(f))
+    rows, _ = load_serving()
+    models = {r.line: r.model for r in rows}
+    moe: dict[str, bool] = {}
+    for r in table:
+        name = models.get(int(r["line"]), "")
+        if name not in moe:
+            try:
+                moe[name] = resolve_model(name).is_moe
+            except Exception:  # noqa: BLE001 - a model outside the catalog is skipped anyway
+                moe[name] = False
+        r["moe"] = "1" if moe[name] else ""
+    return table
 
 
-def fit_engine(rows: list[dict], overlap: bool) -> tuple[float, float, float, float]:
-    """(scale, base_s, per_seq_s, median |TPOT error|) minimising the median absolute log
-    error of TPOT ≈ scale·TPOT₀ + base + per_seq·C (overlap: max of the two), TPOT₀ the
-    simulation without host time."""
+MOE_SCALES = np.arange(0.80, 2.001, 0.05)
+
+
+def fit_engine(rows: list[dict], overlap: bool) -> tuple[float, float, float, float, float]:
+    """(scale, base_s, per_seq_s, median |TPOT error|, moe_scale) minimising the median
+    absolute log error of TPOT ≈ scale·(moe_scale for MoE models)·TPOT₀ + base + per_seq·C
+    (overlap: max of the two), TPOT₀ the simulation without host time."""
     t0 = np.array([float(r["sim_tpot_s"]) for r in rows])
     meas = np.array([float(r["tpot_s"]) for r in rows])
     conc = np.array([float(r["concurrency"]) for r in rows])
-    best = (1.0, 0.0, 0.0, np.inf)
-    for p in PER_SEQ_S:
-        host = BASES_S[:, None] + p * conc[None, :]  # (bases, rows)
-        for s in SCALES:
-            dev = s * t0[None, :]
-            pred = np.maximum(dev, host) if overlap else dev + host
-            err = np.median(np.abs(np.log(pred / meas[None, :])), axis=1)
-            i = int(np.argmin(err))
-            if err[i] < best[3]:
-                best = (float(s), float(BASES_S[i]), float(p), float(err[i]))
+    moe = np.array([bool(r.get("moe")) for r in rows])
+    best = (1.0, 0.0, 0.0, np.inf, 1.0)
+    for m in MOE_SCALES if moe.any() and not moe.all() else (1.0,):
+        t = np.where(moe, m * t0, t0)
+        for p in PER_SEQ_S:
+            host = BASES_S[:, None] + p * conc[None, :]  # (bases, rows)
+            for s in SCALES:
+                dev = s * t[None, :]
+                pred = np.maximum(dev, host) if overlap else dev + host
+                err = np.median(np.abs(np.log(pred / meas[None, :])), axis=1)
+                i = int(np.argmin(err))
+                if err[i] < best[3]:
+                    best = (float(s), float(BASES_S[i]), float(p), float(err[i]), float(m))
     return best
 
 
@@ -109,26 +131,39 @@ def _usable(rows: list[dict]) -> list[dict]:
     return [r for r in rows if not r["skipped"] and float(r["sim_tpot_s"]) > 0]
 
 
-def fit_prefill_scale(rows: list[dict]) -> tuple[float, float]:
-    """(prefill scale, median |TTFT error|): the median of measured / simulated mean TTFT,
-    the simulation without host time (TTFT ≈ scale · TTFT₀, the steps before a first
-    token being prefill steps)."""
-    ratio = np.array([float(r["ttft_s"]) / float(r["sim_ttft_s"]) for r in rows])
-    scale = float(np.exp(np.median(np.log(ratio))))
-    return scale, float(np.median(np.abs(scale / ratio - 1)))
+# The TTFT fit's grid: prefill scale, and the API server's time per request.
+PREFILL_SCALES = np.arange(0.50, 2.001, 0.05)
+REQUEST_S = np.arange(0.0, 0.5001, 0.005)
+
+
+def fit_ttft(rows: list[dict]) -> tuple[float, float, float]:
+    """(prefill scale, request_s, median |TTFT error|) minimising the median absolute log
+    error of TTFT ≈ scale · TTFT₀ + request_s, TTFT₀ the simulation without host time:
+    the steps before a first token are prefill steps (scaled), and the API server's own
+    time per request (HTTP, tokenising, the first chunk streamed back) adds once."""
+    t0 = np.array([float(r["sim_ttft_s"]) for r in rows])
+    meas = np.array([float(r["ttft_s"]) for r in rows])
+    best = (1.0, 0.0, np.inf)
+    for s in PREFILL_SCALES:
+        pred = s * t0[None, :] + REQUEST_S[:, None]
+        err = np.median(np.abs(np.log(pred / meas[None, :])), axis=1)
+        i = int(np.argmin(err))
+        if err[i] < best[2]:
+            best = (float(s), float(REQUEST_S[i]), float(err[i]))
+    scale, request_s, _ = best
+    return scale, request_s, float(np.median(np.abs((scale * t0 + request_s) / meas - 1)))
 
 
 def fits_for(train: list[dict]) -> dict[str, tuple]:
-    """Per engine (scale, base_s, per_seq_s, residual, prefill scale, TTFT residual, rows)
-    fitted on ``train``."""
+    """Per engine (scale, base_s, per_seq_s, residual, moe_scale, prefill scale,
+    request_s, TTFT residual, rows) fitted on ``train``."""
     out = {}
     for engine in ENGINES:
         # aggregated rows only: the disaggregated ones carry the KV hand-off and the pools'
         # own batch limits, which the host time must not absorb
         mine = [r for r in _usable(train) if r["engine"] == engine and r["mode"] == "agg"]
         if mine:
-            out[engine] = (*fit_engine(mine, OVERLAP[engine]), *fit_prefill_scale(mine),
-                           len(mine))
+            out[engine] = (*fit_engine(mine, OVERLAP[engine]), *fit_ttft(mine), len(mine))
     return out
 
 
@@ -150,14 +185,15 @@ def fold_hosts(train: list[dict], held_engines: set[str]) -> dict:
     from phasewise.serving.presets import HostTime
 
     fits = fits_for(train)
-    keep = (0, 1, 2, 4)  # scale, base, per_seq, prefill scale
+    keep = (0, 1, 2, 5, 6, 4)  # scale, base, per_seq, prefill scale, request_s, moe_scale
     mean = np.mean([[f[i] for i in keep] for f in fits.values()], axis=0)
     hosts = {}
     for engine in ENGINES:
-        scale, base, per_seq, prefill = [fits[engine][i] for i in keep] \
+        scale, base, per_seq, prefill, request_s, moe = [fits[engine][i] for i in keep] \
             if engine in fits else mean
         hosts[engine] = HostTime(float(base), float(per_seq), OVERLAP[engine],
-                                 "fold fit", float(scale), float(prefill))
+                                 "fold fit", float(scale), float(prefill), float(request_s),
+                                 float(moe))
     return hosts
 
 
@@ -167,20 +203,25 @@ def fit_stage(table: list[dict]) -> None:
     lines = ["# Engine host time per step and device scale, fitted by",
              "# benchmarks/bench_serving_accuracy.py --stage fit to the aggregated H100 and H200 rows of",
              "# catalog/measurements/serving/serving_hopper.csv (TPOT ≈ scale·TPOT₀ + base +",
-             "# per_seq·concurrency; with an overlap scheduler the max of the two), TPOT₀ the",
-             "# simulation without host time; prefill_scale: the median measured / simulated",
-             "# mean TTFT, applied to the device time of steps that prefill. residuals: the",
-             "# fit's median |TPOT error| and |TTFT error| on its own rows.", ""]
-    for engine, (scale, base, per_seq, residual, prefill, ttft_residual, n) in fits.items():
+             "# per_seq·concurrency, TPOT₀ times moe_scale for a mixture-of-experts model;",
+             "# with an overlap scheduler the max of the device and host parts), TPOT₀ the",
+             "# simulation without host time; TTFT ≈ prefill_scale·TTFT₀ + request_s, the",
+             "# scale applied to the device time of steps that prefill, request_s the API",
+             "# server's time per request (in TTFT and E2E, not TPOT). residuals: the fit's",
+             "# median |TPOT error| and |TTFT error| on its own rows.", ""]
+    for engine, (scale, base, per_seq, residual, moe, prefill, request_s, ttft_residual,
+                 n) in fits.items():
         lines += [f"[engines.{engine}]", f"base_s = {base:.6g}", f"per_seq_s = {per_seq:.6g}",
-                  f"device_scale = {scale:.4g}", f"residual_median_abs_tpot = {residual:.4f}",
-                  f"prefill_scale = {prefill:.4g}",
+                  f"device_scale = {scale:.4g}", f"moe_scale = {moe:.4g}",
+                  f"residual_median_abs_tpot = {residual:.4f}",
+                  f"prefill_scale = {prefill:.4g}", f"request_s = {request_s:.4g}",
                   f"residual_median_abs_ttft = {ttft_residual:.4f}", f"rows = {n}",
                   f'source = "fit to {n} aggregated {engine} rows of serving_hopper.csv (H100 and '
                   f'H200), median |TPOT error| {residual:.1%}, |TTFT error| {ttft_residual:.1%}"',
                   ""]
-        print(f"{engine}: scale {scale:.3f}, base {base * 1e3:.2f} ms, per seq "
+        print(f"{engine}: scale {scale:.3f}, MoE scale {moe:.2f}, base {base * 1e3:.2f} ms, per seq "
               f"{per_seq * 1e6:.0f} µs, residual {residual:.1%}; prefill scale {prefill:.3f}, "
+              f"request {request_s * 1e3:.0f} ms, "
               f"TTFT residual {ttft_residual:.1%}; {n} rows")
     from phasewise.files import write_atomic
 
@@ -200,7 +241,8 @@ def score_stage(rows, args) -> None:  # noqa: ANN001
         held_rows = [by_line[int(r["line"])] for r in held if int(r["line"]) in by_line]
         held_rows = held_rows[::args.every]
         print(f"{name}: " + "; ".join(f"{e} scale {h.device_scale:.3f} prefill "
-                                      f"{h.prefill_scale:.3f} base "
+                                      f"{h.prefill_scale:.3f} request "
+                                      f"{h.request_s * 1e3:.0f} ms MoE {h.moe_scale:.2f} base "
                                       f"{h.base_s * 1e3:.2f} ms per seq {h.per_seq_s * 1e6:.0f} µs"
                                       for e, h in hosts.items()), file=sys.stderr, flush=True)
         sims = replay_rows(held_rows, hosts, args.prompts_per_client, args.workers)
@@ -214,15 +256,27 @@ def _stats(errors: list[float]) -> str:
     return f"{np.median(a):.1%} / {np.percentile(a, 90):.1%}" if len(a) else "-"
 
 
+def _medians(done: list) -> str:  # noqa: ANN001
+    """'TPOT / TTFT median |error| (rows)' of simulated (row, (ttft, tpot, why)) pairs."""
+    if not done:
+        return "-"
+    tpot = np.median([abs(s[1] / r.tpot_s - 1) for r, s in done])
+    ttft = np.median([abs(s[0] / r.ttft_s - 1) for r, s in done])
+    return f"{tpot:.1%} / {ttft:.1%} ({len(done)})"
+
+
 def print_report(report) -> None:  # noqa: ANN001
-    print("| held out | rows | simulated | TPOT median / p90 abs err | mean TTFT median / p90 abs err |")
-    print("|---|---:|---:|---:|---:|")
+    print("| held out | rows | simulated | TPOT median / p90 abs err | mean TTFT median / p90 abs err "
+          "| aggregated: TPOT / TTFT median (rows) | disaggregated: TPOT / TTFT median (rows) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, rows, sims in report:
         done = [(r, sims[r.line]) for r in rows if not sims[r.line][2]]
         tpot = [s[1] / r.tpot_s - 1 for r, s in done]
         ttft = [s[0] / r.ttft_s - 1 for r, s in done]
+        agg = [(r, s) for r, s in done if r.mode == "agg"]
+        disagg = [(r, s) for r, s in done if r.mode == "disagg"]
         print(f"| {name} | {len(rows)} | {len(done) / max(len(rows), 1):.1%} | {_stats(tpot)} | "
-              f"{_stats(ttft)} |")
+              f"{_stats(ttft)} | {_medians(agg)} | {_medians(disagg)} |")
 
 
 def main() -> int:

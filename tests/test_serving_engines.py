@@ -302,3 +302,58 @@ def test_scales_apply_to_their_steps_and_host_time_adds() -> None:
     assert host.step_s(10e-3, 1, prefills=True) == pytest.approx(8e-3)
     assert host.step_s(10e-3, 2) == pytest.approx(12e-3)
     assert dataclasses.replace(host, overlap=True).step_s(10e-3, 2) == pytest.approx(8e-3)
+
+
+def test_the_api_servers_time_per_request_adds_to_ttft_not_tpot() -> None:
+    # one client, three requests of 8 prompt tokens and 11 answer tokens under BatchStep:
+    # 50 ms of API server per request lands once in each TTFT and E2E, never between
+    # tokens, and each next request reaches the engine 50 ms after the last answer
+    requests = Requests(np.full(3, 8), np.full(3, 11))
+    base = dataclasses.replace(engine_settings("vllm", H100), cuda_graph_sizes=(),
+                               host=HostTime())
+    front = dataclasses.replace(base, host=HostTime(request_s=50e-3))
+    plain, m0 = _run(base, requests, clients=1)
+    served, m1 = _run(front, requests, clients=1)
+    assert m1.ttft_s == pytest.approx(m0.ttft_s + 50e-3)
+    assert m1.e2el_s == pytest.approx(m0.e2el_s + 50e-3)
+    assert m1.tpot_s == pytest.approx(m0.tpot_s)
+    assert np.diff(m1.arrival_s) == pytest.approx(np.diff(m0.arrival_s) + 50e-3)
+
+
+class BatchStepWithFixed(BatchStep):
+    """BatchStep plus a fixed 2 ms per forward pass, as the calibrated model's
+    step_overhead_s (the host time single-request latency runs fold into each pass)."""
+
+    def step_fixed_s(self, ledger) -> float:  # noqa: ANN001
+        return 2e-3
+
+    def step_time(self, ledger, hardware) -> StepTiming:  # noqa: ANN001
+        device = super().step_time(ledger, hardware).total.time_s
+        seconds = device + self.step_fixed_s(ledger)
+        return StepTiming(Timing(seconds, 0, 0, 0, seconds, "overhead", 0, 0, 0), ())
+
+
+def test_an_engines_host_time_replaces_the_cost_models_fixed_time_per_pass() -> None:
+    # two sequences decoding: 2 ms of device time under BatchStep. Without a preset the
+    # cost model's 2 ms per pass stands for the host: 4 ms a token. With an overlap
+    # scheduler's 3 ms host time the step takes max(2, 3) = 3 ms (not max(4, 3) = 4);
+    # without overlap 2 + 3 = 5 ms (not 7)
+    requests = Requests(np.full(2, 8), np.full(2, 21))
+    bare = Server(model="llama-3.1-8b", pool=Pool(H100, Parallelism()), scheduler="continuous",
+                  cost=BatchStepWithFixed())
+    m = request_metrics(simulate(bare, requests, closed_loop=ClosedLoop(2)))
+    assert m.tpot_s == pytest.approx(np.full(2, 4e-3))
+    base = dataclasses.replace(engine_settings("vllm", H100), cuda_graph_sizes=())
+    for overlap, expected_s in ((True, 3e-3), (False, 5e-3)):
+        preset = dataclasses.replace(base, host=HostTime(3e-3, 0.0, overlap))
+        _, m = _run(preset, requests, clients=2, cost=BatchStepWithFixed())
+        assert m.tpot_s == pytest.approx(np.full(2, expected_s))
+
+
+def test_the_moe_scale_applies_to_decode_steps_of_moe_models_only() -> None:
+    # device 10 ms at device scale 0.8 and MoE scale 1.5: a MoE decode step takes
+    # 10 · 0.8 · 1.5 = 12 ms + 2 ms host; a dense one 8 + 2 ms; a prefill step 10 · 0.5 + 2
+    host = HostTime(2e-3, 0.0, False, device_scale=0.8, prefill_scale=0.5, moe_scale=1.5)
+    assert host.step_s(10e-3, 4, moe=True) == pytest.approx(14e-3)
+    assert host.step_s(10e-3, 4) == pytest.approx(10e-3)
+    assert host.step_s(10e-3, 4, prefills=True, moe=True) == pytest.approx(7e-3)

@@ -81,8 +81,8 @@ def request_metrics(sim: Simulation) -> RequestMetrics:
     ttft, e2el, gaps = np.empty(len(seqs)), np.empty(len(seqs)), []
     for i, seq in enumerate(seqs):
         times = token_times(seq, ticks)
-        ttft[i] = times[0] - seq.arrival_s
-        e2el[i] = times[-1] - seq.arrival_s
+        ttft[i] = times[0] - seq.arrival_s + sim.frontend_s
+        e2el[i] = times[-1] - seq.arrival_s + sim.frontend_s
         if len(times) > 1:
             gaps.append(np.diff(times))
     osl = np.array([s.osl for s in seqs])

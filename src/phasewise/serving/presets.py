@@ -39,10 +39,20 @@ class HostTime:
     source: str = ""
     device_scale: float = 1.0  # the engine's kernels against the cost model's, fitted
     prefill_scale: float = 1.0  # the same for steps that prefill, fitted to TTFT
+    # the API server's time per request outside the engine's steps (HTTP, tokenising the
+    # prompt, handing it to the engine, streaming the first token back): it adds to TTFT
+    # and end-to-end latency, not to the time between tokens
+    request_s: float = 0.0
+    # a decode step of a mixture-of-experts model against the cost model's, over and above
+    # device_scale, fitted: the routed experts run as grouped GEMMs of a few tokens an
+    # expert, slower than the dense GEMMs the cost model's constants were fitted to
+    moe_scale: float = 1.0
 
-    def step_s(self, device_s: float, sequences: int, prefills: bool = False) -> float:
+    def step_s(self, device_s: float, sequences: int, prefills: bool = False,
+               moe: bool = False) -> float:
         host_s = self.base_s + self.per_seq_s * sequences
-        device_s *= self.prefill_scale if prefills else self.device_scale
+        device_s *= self.prefill_scale if prefills else \
+            self.device_scale * (self.moe_scale if moe else 1.0)
         return max(device_s, host_s) if self.overlap else device_s + host_s
 
 
@@ -63,6 +73,15 @@ class EngineSettings:
     memory_fraction_of_free: bool  # the share is of the memory left after the weights
     host: HostTime
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    # the token budget is each attention-DP rank's own (every rank schedules its own
+    # requests), so a replica of D ranks computes up to D budgets a step
+    budget_per_attention_rank: bool = False
+
+    def replica_budget(self, attention_dp: int) -> int:
+        """Tokens one replica of ``attention_dp`` attention ranks computes a step (0: the
+        longest request)."""
+        ranks = attention_dp if self.budget_per_attention_rank else 1
+        return self.max_num_batched_tokens * ranks
 
     @property
     def label(self) -> str:
@@ -161,7 +180,8 @@ def host_time(engine: str, overlap: bool) -> HostTime:
     if fit is None:
         return HostTime(overlap=overlap, source="no fit for this engine: no host time")
     return HostTime(fit["base_s"], fit["per_seq_s"], overlap, fit.get("source", ""),
-                    fit.get("device_scale", 1.0), fit.get("prefill_scale", 1.0))
+                    fit.get("device_scale", 1.0), fit.get("prefill_scale", 1.0),
+                    fit.get("request_s", 0.0), fit.get("moe_scale", 1.0))
 
 
 def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,
@@ -195,4 +215,5 @@ def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,
         prefix_caching=table["prefix_caching"], memory_fraction=fraction,
         memory_fraction_of_free=table.get("memory_fraction_of_free", False),
         host=host_time(doc["name"], table["overlap_scheduler"]),
-        sources={k: v for k, v in table.items() if k.endswith("_source")})
+        sources={k: v for k, v in table.items() if k.endswith("_source")},
+        budget_per_attention_rank=table.get("budget_per_attention_rank", False))

@@ -25,7 +25,8 @@ Two engine behaviours sit on top of the device time (``serving.presets``): a dec
 of B sequences runs the CUDA graph captured for the next size B' ≥ B, priced as B'
 sequences holding the batch's B·c cached tokens between them (padding rows compute the
 GEMMs, read no KV); and the engine's host time per step is added to (or, with an
-overlap scheduler, overlapped with) the device time.
+overlap scheduler, overlapped with) the device time, which then leaves out the cost
+model's own fixed time per forward pass (``StepPricer.seconds``).
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class StepPricer:
             device_s = self._price(decode_batch, context, chunks)
         if self.host is None:
             return device_s
-        return self.host.step_s(device_s, decode_batch + len(chunks), prefills=bool(chunks))
+        return self.host.step_s(device_s, decode_batch + len(chunks), prefills=bool(chunks),
+                                moe=self.model.is_moe)
 
     def _price(self, decode_batch: int, context: int, chunks: tuple[Chunk, ...]) -> float:
         self.misses += 1
@@ -159,10 +161,21 @@ class StepPricer:
 
     def seconds(self, model: ModelSpec, step: Step, parallelism: Parallelism) -> float:
         """One step's time as the estimate prices it: an engine that runs a long prompt in
-        micro-batches (the cost model says) has each pass priced and the times summed."""
-        return sum(self.cost.step_time(build_ledger(model, part, self.precision, parallelism),
-                                       self.hardware).total.time_s
-                   for part in engine_steps(self.cost, step))
+        micro-batches (the cost model says) has each pass priced and the times summed.
+
+        With an engine's host time (``host``) the pass is its device time alone: the cost
+        model's fixed time per forward pass (``step_fixed_s``, fitted to single-request
+        latencies, where the engine's scheduling, sampling and launch sit between the
+        kernels) is the host time the preset models itself, added or, with an overlap
+        scheduler, hidden behind the device (``HostTime.step_s``), so it is left out here
+        rather than counted twice and never overlapped."""
+        total = 0.0
+        for part in engine_steps(self.cost, step):
+            ledger = build_ledger(model, part, self.precision, parallelism)
+            total += self.cost.step_time(ledger, self.hardware).total.time_s
+            if self.host is not None and hasattr(self.cost, "step_fixed_s"):
+                total -= self.cost.step_fixed_s(ledger)
+        return total
 
     @property
     def shapes(self) -> int:

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -60,6 +60,9 @@ class Server:
     precision: Precision = Precision()
     scheduler: str = "continuous"
     max_seqs: int = DEFAULT_MAX_SEQS
+    # disaggregated: sequences a prefill replica holds at once (None: ``max_seqs``); the
+    # pools of a disaggregated deployment are launched with their own batch limits
+    prefill_max_seqs: int | None = None
     max_batched_tokens: int | None = None  # None: the scheduler's default
     block_tokens: int = DEFAULT_BLOCK_TOKENS
     load_balancer: str = "least-outstanding"
@@ -94,6 +97,7 @@ class Simulation:
     bucket_tokens: int
     notes: list[str] = field(default_factory=list)
     warmup: int = 0  # requests (the first ids) left out of the figures
+    frontend_s: float = 0.0  # the API server's time per request, in TTFT and E2E (HostTime)
 
     @property
     def steps(self) -> int:
@@ -133,20 +137,29 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
     pools = {"both": server.pool} if not how.disaggregated else \
         {"prefill": server.pool, "decode": server.decode_pool or server.pool}
     for role, pool in pools.items():
-        members, capacities[role] = _replicas(server, model, role, pool, how.policy, limits,
+        mine = limits if role != "prefill" or server.prefill_max_seqs is None else \
+            Limits(server.prefill_max_seqs, budget)
+        if mine is not limits:
+            _check_limits(mine, longest, how.chunked, server.max_batched_tokens is not None)
+        members, capacities[role] = _replicas(server, model, role, pool, how.policy, mine,
                                               cluster, requests, bucket_tokens)
         (cluster.decode_pool if role == "decode" else cluster.front).extend(members)
     if how.disaggregated:
         cluster.link = load_link(server.kv_link)
         cluster.kv_bytes_per_token = kv_cache_bytes_per_device(
             model, server.precision, Parallelism(), sequences=1, context_tokens=1)
-    events = _run(cluster, requests, closed_loop, progress)
+    frontend_s = server.preset.host.request_s if server.preset is not None else 0.0
+    engine_loop = closed_loop
+    if closed_loop is not None and frontend_s:
+        # a client's next request reaches the engine after the API server has handled it
+        engine_loop = replace(closed_loop, think_time_s=closed_loop.think_time_s + frontend_s)
+    events = _run(cluster, requests, engine_loop, progress)
     replicas = cluster.replicas
     return Simulation(server, model, sorted(cluster.finished, key=lambda s: s.id), replicas,
                       cluster.transfers, capacities, replicas[0].pricer.cost.name, closed_loop,
                       sum(r.devices for r in replicas),
                       sum({id(r.pricer): r.pricer.shapes for r in replicas}.values()), events,
-                      bucket_tokens, notes, warmup)
+                      bucket_tokens, notes, warmup, frontend_s)
 
 
 def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: Callable,

@@ -34,7 +34,28 @@ SERVING_FILE = MEASUREMENTS_DIR / "serving" / "serving_hopper.csv"
 PROMPTS_PER_CLIENT = 10
 # A row's system (aiconfigurator's b200_sxm, gb200), model path and quantization labels
 # resolve through the catalog: validate/serving_inputs.py.
+# KV-cache format where the engine's own recipes for a model family set one: TensorRT-LLM
+# runs DeepSeek-R1/V3 with an FP8 KV cache (examples/serve/deepseek_r1_reasoning_parser.sh,
+# docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md: kv_cache_config
+# dtype fp8). Elsewhere the checkpoint's own format ('auto').
+KV_FORMATS = {("trtllm", "deepseek-ai/"): "fp8"}
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+# The benchmark client behind each source, by a pattern of its silicon_data_source, and
+# the --random-range-ratio it ran with. InferenceMAX (its database dumps and the dated
+# result files built from them) drives every engine with vLLM's benchmark_serving.py,
+# `--random-range-ratio 0.8 --num-prompts $((CONC * 10)) --max-concurrency $CONC
+# --ignore-eos` (InferenceMAX README, "Benchmark Client Configuration"), so prompt and
+# answer lengths are uniform on [0.8·L, L]. A row's own random_range_ratio column wins.
+# Lengths that differ break the lock-step waves a closed loop of equal requests forms, and
+# the runs are not in lock-step: the measured mean TTFT of many is below the compute floor
+# of prefilling a whole wave at once (Qwen3-32B, TP2 H100, 8 × 1024 tokens: 2·32.8e9·8192
+# FLOP over 2 × 989 TFLOP/s = 0.27 s, against 0.15 s measured), 45% of the vLLM rows of
+# fixed-length sources, 28% of the TensorRT-LLM ones, below half that floor. A source
+# whose client is not documented (aiconfigurator's own gap-analysis runs) is given the same
+# spread, DEFAULT_RANGE_RATIO: an assumption, the one documented client's figure, standing
+# for whatever desynchronises its clients.
+BENCHMARK_RANGE_RATIOS = ((re.compile(r"^db-dump/|source_file=20\d\d-\d\d-\d\d\.csv"), 0.8),)
+DEFAULT_RANGE_RATIO = 0.8
 # Step prices shared by the rows of one model, device, format and engine timing (a
 # process's replays price each step shape once; see serving.Server.price_cache).
 _PRICES: dict[tuple, dict] = {}
@@ -42,7 +63,11 @@ _PRICES: dict[tuple, dict] = {}
 
 @dataclass(frozen=True, slots=True)
 class Pool:
-    """One pool's layout: replicas, attention TP × DP, MoE TP × EP, sequences a replica holds."""
+    """One pool's layout: replicas, attention TP × DP, MoE TP × EP, and ``batch``, the
+    sequences one attention rank holds. The sample counts a batch per attention-DP rank:
+    on every disaggregated row that names its workers, decode batch × decode workers ×
+    decode attention DP is the row's concurrency (576 = 64 × 9 × 1, 1152 = 16 × 9 × 8,
+    3584 = 64 × 7 × 8), as on the aggregated DP rows (256 = 32 × 8)."""
 
     workers: int
     tp: int
@@ -50,6 +75,11 @@ class Pool:
     moe_tp: int | None
     moe_ep: int | None
     batch: int | None
+
+    @property
+    def replica_seqs(self) -> int | None:
+        """Sequences one replica (all its attention ranks) holds at once."""
+        return self.batch * self.attention_dp if self.batch else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +107,8 @@ class ServingRow:
     output_tokens_per_s: float = float("nan")  # measured throughput, where the row has it
     moe_quant: str = ""  # moe_quant_mode ('' follows gemm_quant)
     kv_quant: str = ""  # kvcache_quant_mode, where the file has one ('' is the checkpoint's)
+    # the benchmark's --random-range-ratio: lengths drawn uniform on [⌊r·L⌋, L] (1: fixed)
+    range_ratio: float = 1.0
 
     @property
     def device(self) -> str:
@@ -154,17 +186,60 @@ def load_serving(path: str | Path = SERVING_FILE) -> tuple[list[ServingRow], lis
                 problems.append(Problem(line, r["id"], "the row records no concurrency (neither "
                                         "batch_size nor silicon_concurrency)"))
                 continue
-            pools = (_pool(r, "prefill_"), _pool(r, "decode_")) if disagg else (_pool(r, ""),)
+            pools = (_pool(r, "prefill_"), _pool(r, "decode_")) if disagg else \
+                (_agg_pool(_pool(r, ""), concurrency),)
             rows.append(ServingRow(
                 r["id"], r["silicon_data_source"], r["backend"], r["backend_version"],
                 r["model_path"], r["system"], r["gemm_quant_mode"], r["mode"], int(r["isl"]),
                 int(r["osl"]), concurrency, pools, _ms(r.get("silicon_ttft_ms")),
                 _ms(r.get("silicon_tpot_ms")), line, load, rate,
                 float(r.get("output_tokens_per_s") or "nan"),
-                moe_quant=r.get("moe_quant_mode") or "", kv_quant=r.get("kvcache_quant_mode") or ""))
+                moe_quant=r.get("moe_quant_mode") or "",
+                kv_quant=r.get("kvcache_quant_mode") or "", range_ratio=_range_ratio(r)))
         except (KeyError, TypeError, ValueError) as err:
             problems.append(Problem(line, r.get("id", ""), f"cannot read the row ({err})"))
-    return rows, problems
+    return _complete_layouts(rows), problems
+
+
+def _range_ratio(r: dict) -> float:
+    """The row's --random-range-ratio: its own column, else its source's benchmark client's
+    (BENCHMARK_RANGE_RATIOS), else DEFAULT_RANGE_RATIO."""
+    if (r.get("random_range_ratio") or "").strip():
+        ratio = float(r["random_range_ratio"])
+        if not 0 < ratio <= 1:
+            raise ValueError(f"random_range_ratio {ratio} is not in (0, 1]")
+        return ratio
+    for pattern, ratio in BENCHMARK_RANGE_RATIOS:
+        if pattern.search(r.get("silicon_data_source", "")):
+            return ratio
+    return DEFAULT_RANGE_RATIO
+
+
+def _agg_pool(pool: Pool, concurrency: int | None) -> Pool:
+    """An aggregated row's batch is per replica: a concurrency that is a whole multiple of
+    the replica's sequences (batch × attention DP) ran on that many replicas
+    (concurrency 192 at batch 48: four)."""
+    seqs = pool.replica_seqs
+    if not seqs or not concurrency or pool.workers != 1 or concurrency <= seqs or \
+            concurrency % seqs:
+        return pool
+    return replace(pool, workers=concurrency // seqs)
+
+
+def _complete_layouts(rows: list[ServingRow]) -> list[ServingRow]:
+    """A disaggregated row that names no workers takes the pools of a row recording the
+    same run: the same engine, device, lengths and concurrency and the same measured
+    TTFT and TPOT to the microsecond, from a source that names its workers and batches
+    (the dated result files repeat the database dumps' runs with the layout cut to one
+    TP × EP label, and name DeepSeek-R1 where the dumps name the DeepSeek-V3 architecture)."""
+    def run(r: ServingRow) -> tuple:
+        return (r.engine, r.hardware, r.isl, r.osl, r.concurrency,
+                round(r.ttft_s, 6), round(r.tpot_s, 6))
+
+    known = {run(r): r.pools for r in rows if r.mode == "disagg" and r.pools[-1].batch}
+    return [replace(r, pools=known[run(r)])
+            if r.mode == "disagg" and not r.pools[-1].batch and run(r) in known else r
+            for r in rows]
 
 
 def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa: ANN001, ANN201
@@ -179,22 +254,49 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
     model = row_model(row.model)
     row = as_engine_ran(row, is_moe=model.is_moe)
     device = row_device(row.hardware)
-    precision = row_precision(row.gemm_quant, row.moe_quant, row.kv_quant, device, model, row.engine)
+    kv = row.kv_quant or next((fmt for (engine, prefix), fmt in KV_FORMATS.items()
+                               if row.engine == engine and row.model.startswith(prefix)), "")
+    precision = row_precision(row.gemm_quant, row.moe_quant, kv, device, model, row.engine)
     pars = [engine_layout(tp=p.tp, attention_dp=p.attention_dp, moe_tp=p.moe_tp,
                           moe_ep=p.moe_ep, is_moe=model.is_moe) for p in row.pools]
     preset = _preset(row, device, pars[-1])
     if host is not None:
         preset = replace(preset, host=replace(host, overlap=preset.host.overlap))
-    pools = [SimPool(row.device, par, p.workers) for par, p in zip(pars, row.pools, strict=False)]
+    workers = [p.workers for p in row.pools]
+    if row.mode == "disagg" and not row.pools[-1].batch:
+        workers[-1] = decode_workers_for_load(row, model, device, precision, pars[-1], preset)
+    pools = [SimPool(row.device, par, n) for par, n in zip(pars, workers, strict=False)]
     prices = _PRICES.setdefault((row.model, row.device, precision, preset.cost_engine,
                                  preset.cuda_graph_sizes, preset.host), {})
-    decode_batch = row.pools[-1].batch
-    seqs = min(preset.max_num_seqs, decode_batch) if decode_batch else preset.max_num_seqs
+    # the deployment's own batch limit (per replica) where the row gives one, else the
+    # engine's default; a disaggregated row's prefill pool has a limit of its own
+    seqs = row.pools[-1].replica_seqs or preset.max_num_seqs
+    prefill_seqs = row.pools[0].replica_seqs if row.mode == "disagg" else None
     scheduler = "disaggregated" if row.mode == "disagg" else preset.scheduler
     return Server(model=model, pool=pools[0], decode_pool=pools[1] if len(pools) > 1 else None,
                   precision=precision, scheduler=scheduler,
-                  max_seqs=max(seqs, 1), max_batched_tokens=preset.max_num_batched_tokens or None,
+                  max_seqs=max(seqs, 1), prefill_max_seqs=prefill_seqs,
+                  max_batched_tokens=preset.replica_budget(row.pools[0].attention_dp) or None,
                   preset=preset, price_cache=prices)
+
+
+def decode_workers_for_load(row: ServingRow, model, device, precision, par, preset) -> int:  # noqa: ANN001
+    """Decode replicas of a disaggregated row that does not name them: the fewest that hold
+    every client's whole request in KV cache (concurrency × (ISL + OSL) tokens) within the
+    engine's sequence limit. A disaggregated deployment is sized so that its decode pool
+    does not preempt (a preempted sequence would go back to the prefill pool); a pool that
+    small is the least the run can have had."""
+    import math
+
+    from phasewise.serving.kv_cache import ADMISSION_WATERMARK, kv_capacity
+
+    capacity = kv_capacity(model, device, precision, par,
+                           max_batched_tokens=preset.max_num_batched_tokens or row.isl + row.osl,
+                           max_seqs=preset.max_num_seqs, memory_fraction=preset.memory_fraction,
+                           of_free=preset.memory_fraction_of_free)
+    usable = capacity.tokens * (1 - ADMISSION_WATERMARK)
+    need = row.concurrency * (row.isl + row.osl)
+    return max(1, math.ceil(need / usable), math.ceil(row.concurrency / preset.max_num_seqs))
 
 
 # Output tokens a replay holds at most (about 1 GiB of simulator state at 130 bytes a
@@ -222,6 +324,18 @@ def _preset(row: ServingRow, device, par):  # noqa: ANN001, ANN202
     return engine_settings(row.engine, device, tp=par.tp, ranks=par.devices)
 
 
+def benchmark_lengths(row: ServingRow, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and answer lengths of ``n`` requests as the row's benchmark drew them: fixed,
+    or with a range ratio r uniform on the integers [⌊r·L⌋, L] (vLLM benchmark_serving
+    sample_random_requests: ``np.random.randint(int(input_len * range_ratio),
+    input_len + 1)``; ``serving.requests.range_lengths``)."""
+    from phasewise.serving.requests import Lengths, range_lengths
+
+    rng = np.random.default_rng(seed)
+    return tuple(range_lengths(Lengths("fixed", (float(length),)), row.range_ratio)
+                 .sample(n, rng) for length in (row.isl, row.osl))
+
+
 def replay(row: ServingRow, *, host=None, prompts_per_client: int = PROMPTS_PER_CLIENT,  # noqa: ANN001
            seed: int = 0) -> ServingResult:
     """Simulate the benchmark run the row measured and return the simulated means."""
@@ -238,8 +352,7 @@ def replay(row: ServingRow, *, host=None, prompts_per_client: int = PROMPTS_PER_
         arrival_s = np.cumsum(np.random.default_rng(seed).exponential(1 / row.request_rate, n))
     else:
         n, arrival_s = SATURATION_REQUESTS, np.zeros(SATURATION_REQUESTS)
-    requests = Requests(np.full(n, row.isl, dtype=np.int64), np.full(n, row.osl, dtype=np.int64),
-                        arrival_s)
+    requests = Requests(*benchmark_lengths(row, n, seed), arrival_s)
     sim = simulate(server, requests, closed_loop=closed)
     m = request_metrics(sim)
     duration_s = float((m.arrival_s + m.e2el_s).max() - m.arrival_s.min())
