@@ -528,15 +528,15 @@ def _check_layer(name: str, layer: Layer) -> None:
         for part in layer.mixer.parts:
             _check_layer(name, Layer(part, layer.mlp))
         return
-    for part in (layer.mixer, layer.mlp):
-        if part is None:
+    for component in (layer.mixer, layer.mlp):
+        if component is None:
             continue
-        for key in part.__dataclass_fields__:
-            value = getattr(part, key)
+        for key in component.__dataclass_fields__:
+            value = getattr(component, key)
             if isinstance(value, bool) or value is None or isinstance(value, str):
                 continue
             if not isinstance(value, int) or value < 0:
-                raise InputError(f"model '{name}': {type(part).__name__}.{key} must be a "
+                raise InputError(f"model '{name}': {type(component).__name__}.{key} must be a "
                                  f"non-negative whole number, got {value!r}; check the config.json.")
     mixer = layer.mixer
     if isinstance(mixer, Attention):
