@@ -419,7 +419,9 @@ def test_every_layout_the_catalog_reads_builds_with_the_ledgers_parameter_count(
 NO_REFERENCE_MODULE = {"apertus-8b": "xielu", "apertus-70b": "xielu",
                        "falcon-h1-0.5b": "ParallelMixers", "falcon-mamba-7b": "Mamba1",
                        "jamba-1.5-mini": "Mamba1", "jamba-1.5-large": "Mamba1",
-                       "minimax-m1-80k": "lightning", "step-3": "low-rank query"}
+                       "minimax-m1-80k": "lightning", "step-3": "low-rank query",
+                       "deepseek-v4-flash": "compressed attention",
+                       "deepseek-v4-pro": "compressed attention"}
 UNSUPPORTED = {"longcat-flash-chat", "recurrentgemma-9b", "openelm-3b"}
 
 
