@@ -21,6 +21,7 @@ import csv
 import os
 import sys
 import time
+from functools import cache
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -95,32 +96,79 @@ def read_table(path: Path) -> list[dict]:
             except Exception:  # noqa: BLE001 - a model outside the catalog is skipped anyway
                 moe[name] = False
         r["moe"] = "1" if moe[name] else ""
+    free = path.parent / "replay_no_launch.csv"
+    if path.name == "replay_no_host.csv" and free.is_file():
+        with free.open() as f:
+            launch_free = {r["line"]: r for r in csv.DictReader(f)}
+        for r in table:
+            other = launch_free.get(r["line"])
+            if other and not other["skipped"]:
+                r["sim_tpot_free_s"], r["sim_ttft_free_s"] = other["sim_tpot_s"], other["sim_ttft_s"]
     return table
+
+
+@cache
+def model_kernel_s(engine: str, device: str) -> float:
+    """The cost model's time per kernel for ``engine`` on ``device`` (a row's system name)."""
+    from phasewise.catalog import load_hardware
+    from phasewise.cost.calibrated import Calibrated
+
+    return Calibrated.for_device(load_hardware(device.replace("_", "-")),
+                                 engine=engine).constants.kernel_overhead_s
+
+
+def with_kernel_s(rows: list[dict], kernel_s: float, column: str) -> np.ndarray:
+    """Each row's simulated ``column`` (tpot or ttft) with kernels costing ``kernel_s`` each:
+    the launch-free replay plus the launches' share of the plain one, rescaled (the step
+    time is linear in the time per kernel; queueing a little less so)."""
+    out = []
+    for r in rows:
+        plain = float(r[f"sim_{column}_s"])
+        free = r.get(f"sim_{column}_free_s")
+        if free is None or kernel_s != kernel_s:  # no launch-free replay, or no kernel fit
+            out.append(plain)
+            continue
+        free = float(free)
+        out.append(free + kernel_s / model_kernel_s(r["engine"], r["device"]) * (plain - free))
+    return np.array(out)
 
 
 MOE_SCALES = np.arange(0.80, 2.001, 0.05)
 
 
-def fit_engine(rows: list[dict], overlap: bool) -> tuple[float, float, float, float, float]:
-    """(scale, base_s, per_seq_s, median |TPOT error|, moe_scale) minimising the median
-    absolute log error of TPOT ≈ scale·(moe_scale for MoE models)·TPOT₀ + base + per_seq·C
-    (overlap: max of the two), TPOT₀ the simulation without host time."""
-    t0 = np.array([float(r["sim_tpot_s"]) for r in rows])
+# The time per kernel a served step's launches cost (HostTime.kernel_s), fitted where the
+# launch-free replay exists (NaN: the cost model's own).
+KERNEL_S = np.arange(0.0, 10.01e-6, 0.25e-6)
+
+
+def kernel_grid(rows: list[dict]) -> np.ndarray:
+    return KERNEL_S if all("sim_tpot_free_s" in r for r in rows) else np.array([np.nan])
+
+
+def fit_engine(rows: list[dict], overlap: bool, kernels: np.ndarray | None = None
+               ) -> tuple[float, ...]:
+    """(scale, base_s, per_seq_s, median |TPOT error|, moe_scale, kernel_s) minimising the
+    median absolute log error of TPOT ≈ scale·(moe_scale for MoE models)·TPOT₀(kernel_s) +
+    base + per_seq·C (overlap: max of the two), TPOT₀ the simulation without host time
+    with each kernel costing kernel_s (``with_kernel_s``)."""
     meas = np.array([float(r["tpot_s"]) for r in rows])
     conc = np.array([float(r["concurrency"]) for r in rows])
     moe = np.array([bool(r.get("moe")) for r in rows])
-    best = (1.0, 0.0, 0.0, np.inf, 1.0)
-    for m in MOE_SCALES if moe.any() and not moe.all() else (1.0,):
-        t = np.where(moe, m * t0, t0)
-        for p in PER_SEQ_S:
-            host = BASES_S[:, None] + p * conc[None, :]  # (bases, rows)
-            for s in SCALES:
-                dev = s * t[None, :]
-                pred = np.maximum(dev, host) if overlap else dev + host
-                err = np.median(np.abs(np.log(pred / meas[None, :])), axis=1)
-                i = int(np.argmin(err))
-                if err[i] < best[3]:
-                    best = (float(s), float(BASES_S[i]), float(p), float(err[i]), float(m))
+    best = (1.0, 0.0, 0.0, np.inf, 1.0, np.nan)
+    for k in kernel_grid(rows) if kernels is None else kernels:
+        t0 = with_kernel_s(rows, k, "tpot")
+        for m in MOE_SCALES if moe.any() and not moe.all() else (1.0,):
+            t = np.where(moe, m * t0, t0)
+            for p in PER_SEQ_S:
+                host = BASES_S[:, None] + p * conc[None, :]  # (bases, rows)
+                for s in SCALES:
+                    dev = s * t[None, :]
+                    pred = np.maximum(dev, host) if overlap else dev + host
+                    err = np.median(np.abs(np.log(pred / meas[None, :])), axis=1)
+                    i = int(np.argmin(err))
+                    if err[i] < best[3]:
+                        best = (float(s), float(BASES_S[i]), float(p), float(err[i]), float(m),
+                                float(k))
     return best
 
 
@@ -136,12 +184,13 @@ PREFILL_SCALES = np.arange(0.50, 2.001, 0.05)
 REQUEST_S = np.arange(0.0, 0.5001, 0.005)
 
 
-def fit_ttft(rows: list[dict]) -> tuple[float, float, float]:
+def fit_ttft(rows: list[dict], kernel_s: float = np.nan) -> tuple[float, float, float]:
     """(prefill scale, request_s, median |TTFT error|) minimising the median absolute log
-    error of TTFT ≈ scale · TTFT₀ + request_s, TTFT₀ the simulation without host time:
-    the steps before a first token are prefill steps (scaled), and the API server's own
-    time per request (HTTP, tokenising, the first chunk streamed back) adds once."""
-    t0 = np.array([float(r["sim_ttft_s"]) for r in rows])
+    error of TTFT ≈ scale · TTFT₀ + request_s, TTFT₀ the simulation without host time
+    (kernels at ``kernel_s``, the TPOT fit's): the steps before a first token are prefill
+    steps (scaled), and the API server's own time per request (HTTP, tokenising, the
+    first chunk streamed back) adds once."""
+    t0 = with_kernel_s(rows, kernel_s, "ttft")
     meas = np.array([float(r["ttft_s"]) for r in rows])
     best = (1.0, 0.0, np.inf)
     for s in PREFILL_SCALES:
@@ -154,16 +203,38 @@ def fit_ttft(rows: list[dict]) -> tuple[float, float, float]:
     return scale, request_s, float(np.median(np.abs((scale * t0 + request_s) / meas - 1)))
 
 
+def shared_kernel_s(by_engine: dict[str, list[dict]]) -> float:
+    """The time per kernel of a served step, one for every engine: the kernels of all three
+    run from captured CUDA graphs on the same GPUs, so what a launch costs (the graph's
+    kernel-to-kernel gap, a small kernel's ramp and drain) belongs to the device, not the
+    engine. The grid value minimising the rows-weighted mean of each engine's median
+    |log TPOT error|, each engine's host time refitted at it (NaN without the launch-free
+    replay)."""
+    rows = [r for mine in by_engine.values() for r in mine]
+    grid = kernel_grid(rows)
+    if len(grid) == 1:
+        return float(grid[0])
+    best, best_k = np.inf, float("nan")
+    for k in grid:
+        loss = sum(len(mine) * fit_engine(mine, OVERLAP[e], np.array([k]))[3]
+                   for e, mine in by_engine.items()) / len(rows)
+        if loss < best:
+            best, best_k = loss, float(k)
+    return best_k
+
+
 def fits_for(train: list[dict]) -> dict[str, tuple]:
     """Per engine (scale, base_s, per_seq_s, residual, moe_scale, prefill scale,
-    request_s, TTFT residual, rows) fitted on ``train``."""
+    request_s, TTFT residual, rows, kernel_s) fitted on ``train``, kernel_s shared."""
+    # aggregated rows only: the disaggregated ones carry the KV hand-off and the pools'
+    # own batch limits, which the host time must not absorb
+    by_engine = {e: mine for e in ENGINES
+                 if (mine := [r for r in _usable(train) if r["engine"] == e and r["mode"] == "agg"])}
+    kernel_s = shared_kernel_s(by_engine)
     out = {}
-    for engine in ENGINES:
-        # aggregated rows only: the disaggregated ones carry the KV hand-off and the pools'
-        # own batch limits, which the host time must not absorb
-        mine = [r for r in _usable(train) if r["engine"] == engine and r["mode"] == "agg"]
-        if mine:
-            out[engine] = (*fit_engine(mine, OVERLAP[engine]), *fit_ttft(mine), len(mine))
+    for engine, mine in by_engine.items():
+        tpot = fit_engine(mine, OVERLAP[engine], np.array([kernel_s]))
+        out[engine] = (*tpot[:5], *fit_ttft(mine, tpot[5]), len(mine), tpot[5])
     return out
 
 
@@ -185,15 +256,16 @@ def fold_hosts(train: list[dict], held_engines: set[str]) -> dict:
     from phasewise.serving.presets import HostTime
 
     fits = fits_for(train)
-    keep = (0, 1, 2, 5, 6, 4)  # scale, base, per_seq, prefill scale, request_s, moe_scale
+    # scale, base, per_seq, prefill scale, request_s, moe_scale, kernel_s
+    keep = (0, 1, 2, 5, 6, 4, 9)
     mean = np.mean([[f[i] for i in keep] for f in fits.values()], axis=0)
     hosts = {}
     for engine in ENGINES:
-        scale, base, per_seq, prefill, request_s, moe = [fits[engine][i] for i in keep] \
-            if engine in fits else mean
+        scale, base, per_seq, prefill, request_s, moe, kernel_s = \
+            [fits[engine][i] for i in keep] if engine in fits else mean
         hosts[engine] = HostTime(float(base), float(per_seq), OVERLAP[engine],
                                  "fold fit", float(scale), float(prefill), float(request_s),
-                                 float(moe))
+                                 float(moe), None if kernel_s != kernel_s else float(kernel_s))
     return hosts
 
 
@@ -210,8 +282,9 @@ def fit_stage(table: list[dict]) -> None:
              "# server's time per request (in TTFT and E2E, not TPOT). residuals: the fit's",
              "# median |TPOT error| and |TTFT error| on its own rows.", ""]
     for engine, (scale, base, per_seq, residual, moe, prefill, request_s, ttft_residual,
-                 n) in fits.items():
+                 n, kernel_s) in fits.items():
         lines += [f"[engines.{engine}]", f"base_s = {base:.6g}", f"per_seq_s = {per_seq:.6g}",
+                  *([f"kernel_s = {kernel_s:.6g}"] if kernel_s == kernel_s else []),
                   f"device_scale = {scale:.4g}", f"moe_scale = {moe:.4g}",
                   f"residual_median_abs_tpot = {residual:.4f}",
                   f"prefill_scale = {prefill:.4g}", f"request_s = {request_s:.4g}",
@@ -219,7 +292,8 @@ def fit_stage(table: list[dict]) -> None:
                   f'source = "fit to {n} aggregated {engine} rows of serving_hopper.csv (H100 and '
                   f'H200), median |TPOT error| {residual:.1%}, |TTFT error| {ttft_residual:.1%}"',
                   ""]
-        print(f"{engine}: scale {scale:.3f}, MoE scale {moe:.2f}, base {base * 1e3:.2f} ms, per seq "
+        print(f"{engine}: kernel {kernel_s * 1e6:.2f} µs, scale {scale:.3f}, MoE scale {moe:.2f}, "
+              f"base {base * 1e3:.2f} ms, per seq "
               f"{per_seq * 1e6:.0f} µs, residual {residual:.1%}; prefill scale {prefill:.3f}, "
               f"request {request_s * 1e3:.0f} ms, "
               f"TTFT residual {ttft_residual:.1%}; {n} rows")
@@ -244,6 +318,7 @@ def score_stage(rows, args) -> None:  # noqa: ANN001
                                       f"{h.prefill_scale:.3f} request "
                                       f"{h.request_s * 1e3:.0f} ms MoE {h.moe_scale:.2f} base "
                                       f"{h.base_s * 1e3:.2f} ms per seq {h.per_seq_s * 1e6:.0f} µs"
+                                      f" kernel {(h.kernel_s or 0) * 1e6:.2f} µs"
                                       for e, h in hosts.items()), file=sys.stderr, flush=True)
         sims = replay_rows(held_rows, hosts, args.prompts_per_client, args.workers)
         write_table(OUT / f"heldout_{name.replace(' ', '_')}.csv", held_rows, sims)
@@ -288,6 +363,14 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=1, help="score every Nth held-out row "
                                                              "(a deterministic sample)")
     parser.add_argument("--folds", default="device,engine", help="fold families to score")
+    parser.add_argument("--default-range-ratio", type=float, default=None,
+                        help="the --random-range-ratio of sources whose client is not "
+                             "documented (validate.serving.DEFAULT_RANGE_RATIO); every stage "
+                             "then reads and writes results/serving_accuracy/ratio_<r>/")
+    parser.add_argument("--launch-free", action="store_true",
+                        help="replay: kernels cost their work alone (kernel_s 0), written to "
+                             "replay_no_launch.csv; fit and score then fit each engine's "
+                             "time per kernel from the two replays")
     parser.add_argument("--fit-scales", action="store_true",
                         help="also fit a device scale and a MoE scale per engine (by default "
                              "they stay 1, the cost model's kernels as priced: held out by "
@@ -300,15 +383,22 @@ def main() -> int:
     from phasewise.serving.presets import HostTime
     from phasewise.validate.serving import load_serving
 
+    if args.default_range_ratio is not None:
+        # (phasewise.validate is also a function's name: reach the module through sys.modules)
+        sys.modules["phasewise.validate.serving"].DEFAULT_RANGE_RATIO = args.default_range_ratio
+        global OUT
+        OUT = OUT / f"ratio_{args.default_range_ratio:g}"
     rows, _ = load_serving()
     rows = [r for r in rows if r.hardware in DEVICES]
     if args.limit:
         rows = rows[:args.limit]
     start = time.perf_counter()
     if args.stage == "replay":
-        zero = {e: HostTime(0.0, 0.0, False) for e in ENGINES}
+        kernel_s = 0.0 if args.launch_free else None
+        zero = {e: HostTime(0.0, 0.0, False, kernel_s=kernel_s) for e in ENGINES}
         sims = replay_rows(rows, zero, args.prompts_per_client, args.workers)
-        write_table(OUT / "replay_no_host.csv", rows, sims)
+        name = "replay_no_launch.csv" if args.launch_free else "replay_no_host.csv"
+        write_table(OUT / name, rows, sims)
     elif args.stage == "fit":
         fit_stage(read_table(OUT / "replay_no_host.csv"))
     else:

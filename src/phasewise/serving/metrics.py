@@ -306,8 +306,10 @@ def _host(preset) -> str | None:  # noqa: ANN001
         return None
     h = preset.host
     how = "overlapped with the device" if h.overlap else "added to the device time"
+    kernels = f"; each kernel {h.kernel_s * 1e6:.3g} µs over its work" \
+        if h.kernel_s is not None else ""
     return (f"{h.base_s * 1e3:.3g} ms + {h.per_seq_s * 1e6:.3g} µs per sequence a step, {how}"
-            + (f" ({h.source})" if h.source else ""))
+            + kernels + (f" ({h.source})" if h.source else ""))
 
 
 def _speculation(spec) -> str | None:  # noqa: ANN001

@@ -47,6 +47,11 @@ class HostTime:
     # device_scale, fitted: the routed experts run as grouped GEMMs of a few tokens an
     # expert, slower than the dense GEMMs the cost model's constants were fitted to
     moe_scale: float = 1.0
+    # seconds each kernel of a step costs over its work, fitted to serving rows (None: the
+    # cost model's kernel_overhead_s, fitted to single-request latencies): a served decode
+    # step replays a captured CUDA graph whose kernels start back to back, a different
+    # launch regime from the latency benchmarks the cost model's constant comes from
+    kernel_s: float | None = None
 
     def step_s(self, device_s: float, sequences: int, prefills: bool = False,
                moe: bool = False) -> float:
@@ -181,7 +186,8 @@ def host_time(engine: str, overlap: bool) -> HostTime:
         return HostTime(overlap=overlap, source="no fit for this engine: no host time")
     return HostTime(fit["base_s"], fit["per_seq_s"], overlap, fit.get("source", ""),
                     fit.get("device_scale", 1.0), fit.get("prefill_scale", 1.0),
-                    fit.get("request_s", 0.0), fit.get("moe_scale", 1.0))
+                    fit.get("request_s", 0.0), fit.get("moe_scale", 1.0),
+                    fit.get("kernel_s"))
 
 
 def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,
