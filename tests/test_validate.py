@@ -205,6 +205,7 @@ def test_the_estimate_for_a_row_is_the_validate_prediction_for_it():
         assert p.predicted_s == pytest.approx(expected, rel=1e-12), s.record_id
 
 
+@pytest.mark.slow  # 10-20 s: a whole fit or validation run; `make test-all` runs it
 def test_the_fit_prices_rows_exactly_as_estimates_do():
     data = dataset(load_bundled())
     chosen = data.scenarios[::7]
@@ -310,6 +311,7 @@ def test_holding_out_a_source_fits_without_any_of_its_rows():
         match_source("nonesuch", known)
 
 
+@pytest.mark.slow  # 10-20 s: a whole fit or validation run; `make test-all` runs it
 def test_json_document_scores_each_source_and_phase_for_both_models(tmp_path):
     # every bundled file but TensorRT-LLM's max-throughput tables, whose 246 replays take a
     # minute (benchmarks/bench_validate_serving_rows.py runs them)

@@ -102,6 +102,7 @@ def test_why_prints_the_row_its_command_and_its_constants(phasewise_cli):
     assert "bandwidth_fraction" in text and "device:m1-max" in text
 
 
+@pytest.mark.slow  # 10-20 s: a whole fit or validation run; `make test-all` runs it
 def test_a_row_faster_than_the_floor_through_fp16_accumulation_says_so(phasewise_cli):
     # LCPP-0237: Llama 3 8B F16, 512-token prompt on an RTX 4080 in 70.6 ms, about 109
     # TFLOP/s of matmuls (7.5e9 weights x 2 x 512), over the sheet's 97.5 TFLOP/s fp16 with
@@ -153,6 +154,7 @@ def test_why_with_a_table_format_or_another_output_is_a_clear_error(phasewise_cl
         assert "--why" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # 10-20 s: a whole fit or validation run; `make test-all` runs it
 def test_why_lists_the_kernels_the_engine_runs_otherwise_than_the_ledger(phasewise_cli):
     """GHLB-0001, a 512-token F16 prompt on an M2 Ultra under llama.cpp without -fa: the
     scores of its unfused attention (512 x 512 a head where the ledger counts 512 x 513 / 2
