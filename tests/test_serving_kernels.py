@@ -5,13 +5,16 @@ own terms, summed independently of the step pricer."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost.calibrated import Calibrated
 from phasewise.ledger import Step, build_ledger
-from phasewise.serving.presets import HostTime
-from phasewise.serving.pricing import StepPricer, launch_adjustment
+from phasewise.serving import ClosedLoop, Pool, Requests, Server, request_metrics, simulate
+from phasewise.serving.presets import HostTime, engine_settings
 from phasewise.specs import Parallelism, Precision
 from phasewise.specs.compute import precision_on
 
@@ -61,25 +64,37 @@ def test_dense_models_launch_as_the_ledger_counts() -> None:
 
 def test_a_fitted_time_per_kernel_reprices_every_launch_of_a_step() -> None:
     # the step's launches, summed over its kernels (collectives' too: TP 2), times the cost
-    # model's time per kernel, is what kernel_s = 0 takes away; kernel_s = 2k adds as much
+    # model's time per kernel, is what a time per kernel of 0 takes away; 2k adds as much
     cost, ledger, ops = _ops(MOE, "vllm", tp=2)
     k = cost.constants.kernel_overhead_s
     launches = sum(kernel.launches for _, kernel in ops)
     assert launches > 48 * 8  # the chain, the router, attention, norms and all-reduces
 
-    def step_s(kernel_s: float | None) -> float:
-        pricer = StepPricer(MOE, H100, Precision(), Parallelism(tp=2), cost,
-                            host=HostTime(kernel_s=kernel_s), bucket_tokens=1)
-        return pricer.step_s(8, 8 * 1024)
+    def step_s(kernel_s: float) -> float:
+        return cost.with_kernel_overhead(kernel_s).step_time(ledger, H100).total.time_s
 
-    plain = step_s(None)
+    plain = cost.step_time(ledger, H100).total.time_s
     assert plain - step_s(0.0) == pytest.approx(launches * k, rel=1e-9)
     assert step_s(2 * k) - plain == pytest.approx(launches * k, rel=1e-9)
-    assert step_s(k) == pytest.approx(plain, rel=1e-12)
+    assert cost.with_kernel_overhead(k) is cost
 
 
-def test_launch_adjustment_is_linear_in_the_time_per_kernel() -> None:
-    # 100 launches at 5 µs = 500 µs charged; at 2 µs they cost 200 µs: 300 µs less
-    assert launch_adjustment(500e-6, 2e-6, 5e-6) == pytest.approx(-300e-6)
-    assert launch_adjustment(500e-6, 5e-6, 5e-6) == 0.0
-    assert launch_adjustment(500e-6, 1e-6, 0.0) == 0.0  # a model that charges none
+def test_a_served_decode_step_costs_the_presets_time_per_kernel() -> None:
+    # one client decoding Llama-3.1-8B without CUDA-graph padding: every decode step runs
+    # the same launches, so TPOT moves by launches × (k − 0) between the cost model's own
+    # time per kernel k and a preset whose fitted time per kernel is 0
+    _, _, ops = _ops(DENSE, "vllm")
+    cost = Calibrated.for_device(H100, engine="vllm")
+    launches = sum(kernel.launches for _, kernel in ops)
+    base = dataclasses.replace(engine_settings("vllm", H100), cuda_graph_sizes=())
+
+    def tpot_s(kernel_s: float | None) -> float:
+        preset = dataclasses.replace(base, host=HostTime(kernel_s=kernel_s))
+        server = Server(model="llama-3.1-8b", pool=Pool(H100, Parallelism()),
+                        scheduler=preset.scheduler, preset=preset)
+        m = request_metrics(simulate(server, Requests(np.array([512]), np.array([33])),
+                                     closed_loop=ClosedLoop(1), bucket_tokens=1))
+        return float(m.tpot_s[0])
+
+    assert tpot_s(None) - tpot_s(0.0) == pytest.approx(
+        launches * cost.constants.kernel_overhead_s, rel=1e-6)

@@ -44,7 +44,7 @@ estimates do.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -222,6 +222,15 @@ class Calibrated:
         sources = constant_sources(profile, hardware, chosen)
         return cls(Constants(**{c.name: c.value for c in sources}), chosen.name, profile.name,
                    traits=traits_for(chosen, hardware), sources=sources)
+
+    def with_kernel_overhead(self, kernel_overhead_s: float) -> Calibrated:
+        """This model with each kernel launch costing ``kernel_overhead_s`` (a served
+        step's fitted time per kernel, ``serving.presets.HostTime.kernel_s``), its other
+        constants and their sources as they are."""
+        if kernel_overhead_s == self.constants.kernel_overhead_s:
+            return self
+        return Calibrated(replace(self.constants, kernel_overhead_s=kernel_overhead_s),
+                          self.engine, self.profile, self.name, self.traits, self.sources)
 
     def kernel(self, op: Op, hardware: HardwareSpec, math_format: str) -> Kernel:
         """The kernel this model's engine runs for ``op`` (``lower``)."""

@@ -50,7 +50,8 @@ class HostTime:
     # seconds each kernel of a step costs over its work, fitted to serving rows (None: the
     # cost model's kernel_overhead_s, fitted to single-request latencies): a served decode
     # step replays a captured CUDA graph whose kernels start back to back, a different
-    # launch regime from the latency benchmarks the cost model's constant comes from
+    # launch regime from the latency benchmarks the cost model's constant comes from. The
+    # simulator prices the pool's steps with it (Calibrated.with_kernel_overhead).
     kernel_s: float | None = None
 
     def step_s(self, device_s: float, sequences: int, prefills: bool = False,

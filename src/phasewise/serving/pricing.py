@@ -170,29 +170,14 @@ class StepPricer:
         scheduler, hidden behind the device (``HostTime.step_s``), so it is left out here
         rather than counted twice and never overlapped."""
         total = 0.0
-        kernel_s = self.host.kernel_s if self.host is not None else None
         for part in engine_steps(self.cost, step):
             ledger = build_ledger(model, part, self.precision, parallelism)
-            timing = self.cost.step_time(ledger, self.hardware).total
-            total += timing.time_s
+            total += self.cost.step_time(ledger, self.hardware).total.time_s
             if self.host is not None and hasattr(self.cost, "step_fixed_s"):
-                fixed = self.cost.step_fixed_s(ledger)
-                total -= fixed
-                constants = getattr(self.cost, "constants", None)
-                if kernel_s is not None and constants is not None:
-                    total += launch_adjustment(timing.overhead_s - fixed, kernel_s,
-                                               constants.kernel_overhead_s)
+                total -= self.cost.step_fixed_s(ledger)
         return total
 
     @property
     def shapes(self) -> int:
         return len(self._cache)
 
-
-def launch_adjustment(launch_s: float, kernel_s: float, model_kernel_s: float) -> float:
-    """Seconds to add to a step whose kernels the cost model charged ``launch_s`` in all,
-    ``model_kernel_s`` each, when each costs ``kernel_s`` instead (``HostTime.kernel_s``):
-    the launches are launch_s / model_kernel_s, and each is repriced."""
-    if model_kernel_s <= 0.0:
-        return 0.0
-    return launch_s * (kernel_s / model_kernel_s - 1.0)

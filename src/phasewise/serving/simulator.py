@@ -175,6 +175,10 @@ def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: C
     cost = (cost_model_for(server.cost, device, engine=cost_engine,
                            calibration=server.calibration)
             if isinstance(server.cost, str) else server.cost)
+    if preset is not None and preset.host.kernel_s is not None and \
+            hasattr(cost, "with_kernel_overhead"):
+        # a served step's kernels cost the preset's fitted time per kernel (HostTime.kernel_s)
+        cost = cost.with_kernel_overhead(preset.host.kernel_s)
     spec = server.speculation if role != "prefill" else None
     draft = extra = None
     if spec is not None:
