@@ -288,8 +288,10 @@ def fit_stage(table: list[dict]) -> None:
              "# with an overlap scheduler the max of the device and host parts), TPOT₀ the",
              "# simulation without host time; TTFT ≈ prefill_scale·TTFT₀ + request_s, the",
              "# scale applied to the device time of steps that prefill, request_s the API",
-             "# server's time per request (in TTFT and E2E, not TPOT). residuals: the fit's",
-             "# median |TPOT error| and |TTFT error| on its own rows.", ""]
+             "# server's time per request (in TTFT and E2E, not TPOT); kernel_s the time",
+             "# each kernel of a served step costs (one for every engine, read between the",
+             "# plain and the launch-free replays). residuals: the fit's median |TPOT error|",
+             "# and |TTFT error| on its own rows.", ""]
     for engine, (scale, base, per_seq, residual, moe, prefill, request_s, ttft_residual,
                  n, kernel_s) in fits.items():
         lines += [f"[engines.{engine}]", f"base_s = {base:.6g}", f"per_seq_s = {per_seq:.6g}",
