@@ -187,6 +187,7 @@ def priced_parts(f: OpFeatures, c: Any, *,
 
 
 _RESOLVED = IdentityMemo(RESOLVED_MEMO_SIZE)
+_REPRICED = IdentityMemo(RESOLVED_MEMO_SIZE)
 
 
 @dataclass(frozen=True)
@@ -229,8 +230,10 @@ class Calibrated:
         constants and their sources as they are."""
         if kernel_overhead_s == self.constants.kernel_overhead_s:
             return self
-        return Calibrated(replace(self.constants, kernel_overhead_s=kernel_overhead_s),
-                          self.engine, self.profile, self.name, self.traits, self.sources)
+        # memoised, so that a sweep's runs share one model and its priced operators
+        return _REPRICED.get((self, kernel_overhead_s), lambda: Calibrated(
+            replace(self.constants, kernel_overhead_s=kernel_overhead_s), self.engine,
+            self.profile, self.name, self.traits, self.sources))
 
     def kernel(self, op: Op, hardware: HardwareSpec, math_format: str) -> Kernel:
         """The kernel this model's engine runs for ``op`` (``lower``)."""
