@@ -180,4 +180,3 @@ class StepPricer:
     @property
     def shapes(self) -> int:
         return len(self._cache)
-
