@@ -40,14 +40,20 @@ from phasewise.measure.bench_predict import Target, compare, predict  # noqa: E4
 
 pytestmark = pytest.mark.slow
 
-# How far the prediction may miss the CPU-share-scaled measurement, per metric. Decode is
-# a pass over the weights and the cache, which the sheet's copy bandwidth and the fitted
-# per-step overheads price closely. The prompt is not: the sheet's GEMM ceiling is torch's
-# fp32/bf16 GEMM on this core (AVX-512), while llama.cpp's portable build (GGML_NATIVE=OFF:
-# AVX2, no AVX-512 or VNNI) multiplies Q4_1 weights by int8-quantized activations in vector
-# dot products, about 4x slower here; the calibrated model has no llama.cpp CPU traits to
-# say so (catalog/calibration/engines.toml describes its CUDA, HIP and Metal kernels).
-PREDICTION_FACTOR = {"tpot": 1.5, "e2el": 3.0, "ttft": 5.0}
+# How far the prediction may miss the CPU-share-scaled measurement, per metric. ggml's CPU
+# backend runs every matmul as integer vector dot products (engines.toml's
+# [llama.cpp.backend.cpu]), priced at the sheet's fp32 vector rate (torch's GEMM on this
+# core, which swings by a third with what the core's sibling thread runs). Two terms are
+# not counted for this CPU and pull opposite ways: the ALU operations per weight and token
+# (matvec_alu_ops) are the GPU-fitted prior, about twice what ggml's AVX2 dot products
+# issue (the measured prompt, 8 ms a token here, against 13-17 ms priced at the full
+# width), and the build the Makefile makes is portable (AVX2 on an AVX-512 core:
+# llama.cpp+portable halves the vector rate). The check prices the engine as "llama.cpp"
+# (full width), so the two stay apart from the prediction rather than compounding, and
+# allows a factor 2 on TPOT: llama-cpp-python's per-token host time, up to half its
+# decode here, is not in the sheet, which the overhead fit below must then explain.
+ENGINE = "llama.cpp"
+PREDICTION_FACTOR = {"tpot": 2.0, "e2el": 3.0, "ttft": 5.0}
 # The server's Python streaming per token, as a share of its decode time at most.
 STREAMING_SHARE = 0.5
 ISL, OSL = 64, 16
@@ -255,7 +261,7 @@ def test_the_api_key_is_sent_but_never_written(server, tmp_path: Path) -> None:
 def test_the_prediction_for_this_cpu_lands_within_the_factor(measured, local_sheet) -> None:
     done, share, _ = measured
     sheet, calibration = local_sheet
-    target = Target(model="smollm2-135m", hardware=sheet, engine="llama.cpp", weight_dtype="Q4_1",
+    target = Target(model="smollm2-135m", hardware=sheet, engine=ENGINE, weight_dtype="Q4_1",
                     calibration=calibration)
     rows = {(c.metric, c.statistic): c for c in compare(done.summary, predict(done, target))}
     for key, c in rows.items():
@@ -270,7 +276,7 @@ def test_the_overhead_fit_explains_the_tpot(one_client, local_sheet) -> None:
     from phasewise.measure.bench_fit import fit_overhead
 
     sheet, calibration = local_sheet
-    target = Target(model="smollm2-135m", hardware=sheet, engine="llama.cpp", weight_dtype="Q4_1",
+    target = Target(model="smollm2-135m", hardware=sheet, engine=ENGINE, weight_dtype="Q4_1",
                     calibration=calibration)
     fit = fit_overhead([one_client], target)
     [row] = fit.runs

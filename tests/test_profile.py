@@ -62,7 +62,11 @@ def run_cli(*args):
 
 def test_microbenchmarks_measure_every_format_and_record_the_setup():
     ceilings = measure_ceilings("cpu", gemm_size=128, buffer_bytes=4 * 2**20, warmup=1, repeats=2)
-    assert set(ceilings.gemm_flops_per_s) == {"fp32", "bf16"}
+    # bf16 is kept, or said to be left out for running slower than fp32 (torch's fallback;
+    # at n = 128 even AMX's path can lose to fp32 on call overhead)
+    left_out = {n.split()[0] for n in ceilings.notes if "GEMM left out" in n}
+    assert set(ceilings.gemm_flops_per_s) | left_out == {"fp32", "bf16"}
+    assert "fp32" in ceilings.gemm_flops_per_s and ceilings.vector_bits in (0, 128, 256, 512)
     assert min(ceilings.gemm_flops_per_s.values()) > 0
     assert ceilings.copy_bytes_per_s > 0 and ceilings.read_bytes_per_s > 0
     assert ceilings.threads == torch.get_num_threads()

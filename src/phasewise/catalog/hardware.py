@@ -114,6 +114,7 @@ def hardware_from_sheet(sheet: dict[str, Any], origin: str) -> HardwareSpec:
         fp16_accumulate_speedup=_ratio(design, "fp16_accumulate_speedup", origin),
         integer_vector_share=_ratio(design, "integer_vector_share", origin),
         fp4_block_mma=bool(design.get("fp4_block_mma", False)),
+        vector_bits=int(design.get("vector_bits", 0)),
     )
 
 

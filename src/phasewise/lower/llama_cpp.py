@@ -77,6 +77,9 @@ class Dispatch:
     ``matvec_alu_rate``: the matrix-vector kernels' ALU rate over the device's fp32 vector
     figure: its integer share (``HardwareSpec.integer_vector_share``) where the kernels
     unpack and multiply in 32-bit integers (engines.toml ``matvec_integer``), else 1.
+    ``vector_share``: the build's SIMD width over the one the sheet's fp32 figure was reached
+    with (engines.toml ``vector_bits`` over ``HardwareSpec.vector_bits``; 1 where either is
+    unsaid or the build is as wide): every matrix-vector kernel's rate scales by it.
     """
 
     dequant_buffer_above_tokens: int = 0
@@ -91,13 +94,15 @@ class Dispatch:
     mxfp4_fp4_mma: bool = False
     matvec_unpack_share: float = 0.0
     matvec_alu_rate: float = 1.0
+    vector_share: float = 1.0
 
 
-# The engines.toml keys the llama.cpp lowering reads (matvec_integer sets matvec_alu_rate).
+# The engines.toml keys the llama.cpp lowering reads (matvec_integer sets matvec_alu_rate,
+# vector_bits sets vector_share).
 DISPATCH_KEYS = ("dequant_buffer_above_tokens", "attention_score_bytes", "moe_tile_tokens",
                  "moe_tile_above_tokens", "gemm_tile_tokens", "gemm_tile_above_tokens",
                  "matvec_tokens_per_pass", "moe_matvec_below_tokens", "matvec_max_tokens",
-                 "mxfp4_fp4_mma", "matvec_unpack_share", "matvec_integer")
+                 "mxfp4_fp4_mma", "matvec_unpack_share", "matvec_integer", "vector_bits")
 
 
 def read_dispatch(values: dict[str, Any], hardware: HardwareSpec) -> Dispatch:
@@ -115,7 +120,16 @@ def read_dispatch(values: dict[str, Any], hardware: HardwareSpec) -> Dispatch:
         mxfp4_fp4_mma=bool(values.get("mxfp4_fp4_mma")) and hardware.fp4_block_mma,
         matvec_unpack_share=float(values.get("matvec_unpack_share", 0.0)),
         matvec_alu_rate=hardware.integer_vector_share if values.get("matvec_integer")
-        else 1.0)
+        else 1.0,
+        vector_share=vector_share(int(values.get("vector_bits", 0)), hardware))
+
+
+def vector_share(build_bits: int, hardware: HardwareSpec) -> float:
+    """The build's SIMD width over the sheet's (1 where either is unsaid; never above 1: a
+    wider build than the sheet measured cannot run on it)."""
+    if build_bits <= 0 or hardware.vector_bits <= 0:
+        return 1.0
+    return min(1.0, build_bits / hardware.vector_bits)
 
 
 register_dispatch(ENGINE, DISPATCH_KEYS, read_dispatch)
@@ -131,7 +145,7 @@ def lower_gemm(op: Op, target: Target) -> Kernel:
     """A GEMM as llama.cpp dispatches it (the module docstring lists the rules)."""
     t, hardware = dispatch_of(target.traits), target.hardware
     kernel = Kernel.of(op, dequantized=dequantized(op, target.math_format))
-    vector_rate = t.matvec_alu_rate if kernel.dequantized else 1.0
+    vector_rate = (t.matvec_alu_rate if kernel.dequantized else 1.0) * t.vector_share
     kernel = _dequant_buffer(kernel, t)
     kernel = _tiles(kernel, t)
     kernel = _weight_passes(kernel, t)

@@ -167,7 +167,10 @@ def hardware_sheet_toml(ceilings: Ceilings, *, name: str = LOCAL_DEVICE_NAME) ->
             f"[memory]\ncapacity_gb = {ceilings.memory_bytes / 1e9:.6g}\n"
             f"bandwidth_gb_per_s = {ceilings.copy_bytes_per_s / 1e9:.6g}\n"
             f'source = "measured: median copy of {ceilings.buffer_bytes / 2**20:,.0f} MiB, '
-            f'bytes read + written; read-only {ceilings.read_bytes_per_s / 1e9:.4g} GB/s"\n')
+            f'bytes read + written; read-only {ceilings.read_bytes_per_s / 1e9:.4g} GB/s"\n'
+            + (f"\n[architecture]\nvector_bits = {ceilings.vector_bits}\n"
+               'source = "torch.backends.cpu.get_cpu_capability(): the SIMD width torch\'s '
+               'fp32 GEMM ran with"\n' if ceilings.vector_bits else ""))
 
 
 def _escape(text: str) -> str:

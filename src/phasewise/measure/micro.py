@@ -73,13 +73,45 @@ def measure_ceilings(device: str = "cpu", *, formats: tuple[str, ...] | None = N
             notes.append(f"{fmt} GEMM not measured: {str(err).splitlines()[0]}")
     if not gemm:
         raise InputError(f"no GEMM format ran on {device} ({'; '.join(notes)}).")
+    if not cuda:
+        gemm, slow = ceiling_formats(gemm)
+        notes += [f"{fmt} GEMM left out: {rate / 1e9:.3g} GFLOP/s, slower than fp32's, is "
+                  "torch's fallback path (no 16-bit matrix instructions), no ceiling; 16-bit "
+                  "matmuls are priced at the fp32 rate" for fmt, rate in slow.items()]
     copy_bps, read_bps = bandwidth_bytes_per_s(buffer, **timing)
     name, device_class, memory = describe_device(device)
     return Ceilings(device=device, device_name=name, device_class=device_class,
                     threads=_threads(), clock=clock_for(device), versions=library_versions(device),
                     memory_bytes=memory, gemm_flops_per_s=gemm, gemm_size=size,
                     copy_bytes_per_s=copy_bps, read_bytes_per_s=read_bps, buffer_bytes=buffer,
-                    warmup=warmup, repeats=repeats, notes=notes)
+                    warmup=warmup, repeats=repeats, notes=notes,
+                    vector_bits=0 if cuda else cpu_vector_bits())
+
+
+def ceiling_formats(gemm: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """(kept, left out) of a CPU's measured GEMM rates: a 16-bit format slower than fp32 ran
+    torch's fallback (the CPU has no 16-bit matrix or dot-product instructions and torch
+    converts element by element); any engine would widen to fp32 instead, so it is no
+    ceiling."""
+    fp32 = gemm.get("fp32")
+    slow = {f: r for f, r in gemm.items() if fp32 is not None and f != "fp32" and r < fp32}
+    return {f: r for f, r in gemm.items() if f not in slow}, slow
+
+
+# torch's CPU kernel capability (ATen's runtime dispatch) and the SIMD width it runs.
+CAPABILITY_BITS = {"AVX512": 512, "AVX512_BF16": 512, "AMX": 512, "AVX2": 256, "SVE256": 256,
+                   "SVE128": 128, "DEFAULT": 128}
+
+
+def cpu_vector_bits() -> int:
+    """The SIMD width torch's CPU kernels ran with here (0 where torch does not say)."""
+    import torch
+
+    try:
+        capability = str(torch.backends.cpu.get_cpu_capability()).upper()
+    except (AttributeError, RuntimeError):
+        return 0
+    return CAPABILITY_BITS.get(capability, 0)
 
 
 def gemm_flops_per_s(fmt: str, size: int, *, device: str, warmup: int, repeats: int) -> float:
@@ -214,6 +246,7 @@ def hardware_from_ceilings(ceilings: Ceilings, *, name: str = "local") -> Hardwa
         device_class=ceilings.device_class, peak_flops_per_s=dict(ceilings.gemm_flops_per_s),
         memory_bytes=ceilings.memory_bytes,
         memory_bandwidth_bytes_per_s=ceilings.copy_bytes_per_s,
+        vector_bits=ceilings.vector_bits,
         sources={"compute": f"measured: median of {ceilings.repeats} square GEMMs of side "
                             f"{ceilings.gemm_size}",
                  "memory": f"measured: median copy of {ceilings.buffer_bytes / 2**20:,.0f} MiB, "

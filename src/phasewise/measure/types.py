@@ -35,6 +35,7 @@ class Ceilings(_Frozen):
     warmup: int
     repeats: int
     notes: list[str] = []
+    vector_bits: int = 0  # SIMD width torch's CPU kernels ran with (0: a GPU, or not said)
 
 
 class LayerTime(_Frozen):

@@ -97,6 +97,7 @@ class HardwareSpec:
     fp16_accumulate_speedup: float = 1.0  # fp16-accumulate matmul rate over the fp16 peak
     integer_vector_share: float = 1.0  # 32-bit integer vector rate over the fp32 figure
     fp4_block_mma: bool = False  # has block-scaled FP4 matrix instructions (MXFP4 kernels)
+    vector_bits: int = 0  # SIMD width the sheet's fp32 figure was reached with (0: not said)
 
     def __post_init__(self) -> None:
         if self.device_class not in DEVICE_CLASSES:
@@ -117,14 +118,26 @@ class HardwareSpec:
                      tuple(sorted(self.peak_flops_per_s.items()))))
 
     def supports(self, math_format: str) -> bool:
-        return math_format in self.peak_flops_per_s or _SAME_RATE.get(math_format) in self.peak_flops_per_s
+        return self._rate_format(math_format) is not None
+
+    def _rate_format(self, math_format: str) -> str | None:
+        """The sheet's figure a matmul in ``math_format`` runs at: its own, the other 16-bit
+        format's, or on a CPU without a 16-bit figure the fp32 one (a CPU without 16-bit
+        matrix instructions widens 16-bit operands to fp32, as ggml's vec_dot_f16 does
+        through F16C)."""
+        rates = self.peak_flops_per_s
+        for fmt in (math_format, _SAME_RATE.get(math_format)):
+            if fmt in rates:
+                return fmt
+        if self.device_class == "cpu" and math_format in _SAME_RATE and "fp32" in rates:
+            return "fp32"
+        return None
 
     def peak_flops(self, math_format: str) -> float:
         """Dense peak FLOP/s for a matmul in ``math_format``."""
-        if math_format in self.peak_flops_per_s:
-            return self.peak_flops_per_s[math_format]
-        if _SAME_RATE.get(math_format) in self.peak_flops_per_s:
-            return self.peak_flops_per_s[_SAME_RATE[math_format]]
+        fmt = self._rate_format(math_format)
+        if fmt is not None:
+            return self.peak_flops_per_s[fmt]
         have = ", ".join(self.peak_flops_per_s)
         raise InputError(f"{self.display_name} has no {math_format} math (it has {have}); "
                          "choose weight and activation formats that run in one of those.")
