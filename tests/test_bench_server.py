@@ -45,9 +45,10 @@ pytestmark = pytest.mark.slow
 # [llama.cpp.backend.cpu]), priced at the sheet's fp32 vector rate (torch's GEMM on this
 # core, which swings by a third with what the core's sibling thread runs). Two terms are
 # not counted for this CPU and pull opposite ways: the ALU operations per weight and token
-# (matvec_alu_ops) are the GPU-fitted prior, about twice what ggml's AVX2 dot products
-# issue (the measured prompt, 8 ms a token here, against 13-17 ms priced at the full
-# width), and the build the Makefile makes is portable (AVX2 on an AVX-512 core:
+# (matvec_alu_ops) are the GPU-fitted prior, not counted for ggml's AVX2 dot products,
+# which run faster (the measured prompt, 8 ms a token here, against 8-13 ms priced at the
+# full width as the sheet reads 0.16 or 0.10 TFLOP/s fp32, twice that at AVX2's), and the
+# build the Makefile makes is portable (AVX2 on an AVX-512 core:
 # llama.cpp+portable halves the vector rate). The check prices the engine as "llama.cpp"
 # (full width), so the two stay apart from the prediction rather than compounding, and
 # allows a factor 2 on TPOT: llama-cpp-python's per-token host time, up to half its
