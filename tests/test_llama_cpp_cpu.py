@@ -6,6 +6,7 @@ by hand from the formulas in cost/calibrated.py's docstring."""
 from __future__ import annotations
 
 import pytest
+from tests.test_calibrated import ROUND
 
 from phasewise.catalog import load_hardware, load_model
 from phasewise.cost.calibrated import op_features, priced_parts
@@ -15,11 +16,6 @@ from phasewise.ledger import Step, build_ledger
 from phasewise.measure.micro import ceiling_formats
 from phasewise.specs import HardwareSpec, Precision
 
-ROUND = dict(gemm_fraction=0.8, bandwidth_fraction=0.9, bytes_half=1e5, gemm_efficiency=0.5,
-             gemm_intensity_half=0.25, attention_efficiency=0.4, attention_bandwidth=1.0,
-             bandwidth_efficiency=0.5, dequant_bandwidth=0.8, dequant_compute=0.5,
-             matvec_alu_ops=4.0, kernel_overhead_s=1e-5, step_overhead_s=1e-4,
-             parallel_step_overhead_s=5e-4, link_latency_factor=2.0, link_efficiency=0.5)
 FP32 = 1e11  # FLOP/s: one AVX-512 core's fp32 GEMM, as profile --micro measures it
 # Llama 3 8B's mlp.up (gate and up): 4096 x 2 x 14336 weights a layer, 32 layers
 UP_WEIGHTS = 4096 * 28672 * 32
