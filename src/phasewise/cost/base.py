@@ -71,6 +71,30 @@ def link_for(hardware: HardwareSpec) -> Link:
     return link
 
 
+# The share of a link's line rate that the engines' collectives reach, measured, by link
+# kind. NVLink: its protocol overhead is about 20%, so NCCL's ring moves 370 GB/s of bus
+# bandwidth over H100's 450 GB/s line rate (NCCL's maintainer in NVIDIA/nccl-tests#212,
+# 2024-05-06; all-reduce over NVLink SHARP peaks near 480 GB/s busBw on 8 GPUs, and 8 H200s
+# measured 475 GB/s in NVIDIA/nccl-tests#272). The calibration's link_efficiency (0.25) is
+# a fit to static-batch latencies of older stacks and stays theirs; a served step with an
+# engine preset prices the collectives NCCL carries at this figure (serving.simulator).
+MEASURED_LINK_EFFICIENCY = {"nvlink": 370.0 / 450.0}
+# The engines' own all-reduce serves messages up to this size and hands larger ones to
+# NCCL: vLLM's CustomAllreduce(max_size=8192 * 1024) (distributed/device_communicators/
+# custom_all_reduce.py; SGLang's copy of it keeps the bound). Below it the one-shot and
+# two-shot kernels run at a small share of the link (SGLang PR #2904's H100 table: 1 MiB
+# across 8 GPUs in 34-45 us), about what the calibration's link_efficiency prices, so
+# only NCCL's messages take the measured share.
+NCCL_MESSAGE_BYTES = 8 * 2**20
+
+
+def measured_link_efficiency(hardware: HardwareSpec) -> float | None:
+    """The measured share of the collectives' link bandwidth (MEASURED_LINK_EFFICIENCY)
+    for ``hardware``'s scale-up link, or None where no measurement covers its kind."""
+    link = hardware.interconnect or hardware.host_link
+    return MEASURED_LINK_EFFICIENCY.get(link.kind) if link is not None else None
+
+
 def collective_width(op: Op, ledger: Ledger) -> int:
     """Devices a collective's group spans: a pipeline send crosses the whole layout
     (pp · max(tp, ep) devices); a tensor- or expert-parallel collective stays in one stage,

@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from phasewise.cost.base import (
+    NCCL_MESSAGE_BYTES,
     PRICED_OPS_MEMO_SIZE,
     RESOLVED_MEMO_SIZE,
     IdentityMemo,
@@ -203,6 +204,9 @@ class Calibrated:
     name: str = "calibrated"
     traits: Traits = Traits()
     sources: tuple[ConstantSource, ...] = ()  # where each constant came from (for_device)
+    # the link share of collectives NCCL carries (messages of NCCL_MESSAGE_BYTES and up),
+    # a served step's measured figure (with_link_efficiency); None: the constants' own
+    nccl_link_efficiency: float | None = None
     _priced: IdentityMemo = field(default_factory=lambda: IdentityMemo(RESOLVED_MEMO_SIZE),
                                    init=False, repr=False, compare=False)
 
@@ -233,7 +237,19 @@ class Calibrated:
         # memoised, so that a sweep's runs share one model and its priced operators
         return _REPRICED.get((self, kernel_overhead_s), lambda: Calibrated(
             replace(self.constants, kernel_overhead_s=kernel_overhead_s), self.engine,
-            self.profile, self.name, self.traits, self.sources))
+            self.profile, self.name, self.traits, self.sources, self.nccl_link_efficiency))
+
+    def with_link_efficiency(self, link_efficiency: float) -> Calibrated:
+        """This model with collectives whose messages leave the engines' custom all-reduce
+        for NCCL (``cost.base.NCCL_MESSAGE_BYTES`` and up) moving their bytes at
+        ``link_efficiency`` of the link's bandwidth (a served step's, the link's measured
+        bus bandwidth: ``cost.base.measured_link_efficiency``); smaller ones, and every
+        other constant, as they are."""
+        if link_efficiency == self.nccl_link_efficiency:
+            return self
+        return _REPRICED.get((self, "link", link_efficiency), lambda: Calibrated(
+            self.constants, self.engine, self.profile, self.name, self.traits, self.sources,
+            link_efficiency))
 
     def kernel(self, op: Op, hardware: HardwareSpec, math_format: str) -> Kernel:
         """The kernel this model's engine runs for ``op`` (``lower``)."""
@@ -242,6 +258,9 @@ class Calibrated:
     def op_parts(self, op: Op, hardware: HardwareSpec, math_format: str) -> Parts:
         """The operator's time by cause: its kernel priced (``priced_parts``)."""
         features = kernel_features(self.kernel(op, hardware, math_format), hardware, math_format)
+        if self.nccl_link_efficiency is not None and op.message >= NCCL_MESSAGE_BYTES:
+            return priced_parts(features, replace(self.constants,
+                                                  link_efficiency=self.nccl_link_efficiency))
         return priced_parts(features, self.constants)
 
     def op_time(self, op: Op, hardware: HardwareSpec, math_format: str) -> Timing:

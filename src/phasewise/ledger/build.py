@@ -95,7 +95,8 @@ COLLECTIVE_BYTES = 2.0
 # collective's message in the activation format, and pricing them in 16 bits without
 # refitting it doubled the fp8 rows' collective time (TensorRT-LLM's v1.0 tables: 41% to
 # 91% median error). The two change together in the next refit; until then a collective
-# moves the activation format, as the fit assumed.
+# moves the activation format, as the fit assumed, except in a served step, which prices
+# both as the engines run them (Precision.collectives, cost.base.NCCL_MESSAGE_BYTES).
 COLLECTIVES_IN_16_BITS = False
 # The exception the engines document: DeepEP's low-latency dispatch sends tokens to the
 # experts in fp8 (``use_fp8`` dispatch, bf16 combine; deepseek-ai/DeepEP README), as SGLang's
@@ -211,8 +212,9 @@ def _shard(step: Step, precision: Precision, par: Parallelism) -> _Shard:
         head_wb=precision.weight_bytes_for("lm_head"),
         expert_format=precision.expert_block_format,
         ab=precision.activation_bytes,
-        cb=max(COLLECTIVE_BYTES, precision.activation_bytes) if COLLECTIVES_IN_16_BITS
-        else precision.activation_bytes,
+        cb=precision.collective_bytes or (
+            max(COLLECTIVE_BYTES, precision.activation_bytes) if COLLECTIVES_IN_16_BITS
+            else precision.activation_bytes),
         kvb=precision.kv_bytes,
         kv_keep=precision.kv_keep,
         kv_convert=precision.kv_bytes < precision.activation_bytes,
@@ -248,7 +250,8 @@ def _allreduce(layers: str, calls: int, model: ModelSpec, shard: _Shard, tp: int
     message = shard.tokens * model.hidden_size * shard.cb
     rounds = 2 * math.ceil(math.log2(tp))
     return Op("tp.allreduce", "communication", layers, calls, 0.0,
-              network=2 * (tp - 1) / tp * message * calls, hops=rounds * calls)
+              network=2 * (tp - 1) / tp * message * calls, hops=rounds * calls,
+              message=message)
 
 
 @lru_cache(maxsize=OPS_MEMO_SIZE, typed=True)
@@ -579,7 +582,7 @@ def _v4_indexer(model: ModelSpec, mixer: CompressedAttention, step: Step, shard:
         scores = pairs * INDEX_SCORE_BYTES
         ops.append(Op("tp.allreduce", "communication", layers, calls, 0.0,
                       network=2 * (tp - 1) / tp * scores * calls,
-                      hops=2 * math.ceil(math.log2(tp)) * calls))
+                      hops=2 * math.ceil(math.log2(tp)) * calls, message=scores))
     return ops
 
 

@@ -46,6 +46,7 @@ class Op:
     expert_load: float = 0.0
     keys: float = 0.0
     block_format: str = ""
+    message: float = 0.0  # a collective's bytes per call before it is split (0: not one)
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
@@ -55,7 +56,8 @@ class Op:
             object.__setattr__(self, "_hash", hash((
                 self.name, self.kind, self.layers, self.calls, self.flops, self.weights,
                 self.kv_read, self.kv_write, self.activations, self.network, self.m, self.n,
-                self.k, self.hops, self.tokens, self.expert_load, self.keys, self.block_format)))
+                self.k, self.hops, self.tokens, self.expert_load, self.keys, self.block_format,
+                self.message)))
         return self._hash  # type: ignore[return-value]
 
     @property

@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
 from phasewise.cost import CostModel
 from phasewise.cost.calibrated import engine_steps
 from phasewise.ledger import SeqGroup, Step, build_ledger
+from phasewise.ledger.build import COLLECTIVE_BYTES
 from phasewise.serving.presets import HostTime
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 from phasewise.specs.compute import precision_on
@@ -64,6 +66,10 @@ class StepPricer:
         # The checkpoint's formats ('auto'), then the matmul format this device runs them in
         # (FP4 natively on Blackwell, weight-only where the units lack it), as estimate does.
         precision = precision_on(precision.for_model(model), hardware).precision
+        if host is not None and precision.activation_bytes < COLLECTIVE_BYTES:
+            # a served step's collectives move the 16-bit hidden state whatever the GEMMs'
+            # activation format (ledger.build.COLLECTIVE_BYTES says where the engines do it)
+            precision = replace(precision, collectives="bf16")
         self.model, self.hardware, self.precision = model, hardware, precision
         self.parallelism, self.cost, self.bucket = parallelism, cost, max(1, bucket_tokens)
         self.padded_batch, self.host, self.relative = padded_batch, host, relative_buckets

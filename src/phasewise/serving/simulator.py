@@ -15,6 +15,7 @@ import numpy as np
 
 from phasewise.catalog import load_hardware, load_link, load_model
 from phasewise.cost import CostModel
+from phasewise.cost.base import measured_link_efficiency
 from phasewise.cost.registry import DEFAULT_COST_MODEL, cost_model_for
 from phasewise.errors import InputError
 from phasewise.ledger import kv_cache_bytes_per_device
@@ -179,6 +180,10 @@ def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: C
             hasattr(cost, "with_kernel_overhead"):
         # a served step's kernels cost the preset's fitted time per kernel (HostTime.kernel_s)
         cost = cost.with_kernel_overhead(preset.host.kernel_s)
+    if preset is not None and hasattr(cost, "with_link_efficiency") and \
+            (efficiency := measured_link_efficiency(device)) is not None:
+        # the engine's collectives at the link's measured bus bandwidth (cost.base)
+        cost = cost.with_link_efficiency(efficiency)
     spec = server.speculation if role != "prefill" else None
     draft = extra = None
     if spec is not None:

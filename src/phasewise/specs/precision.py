@@ -178,6 +178,10 @@ class Precision:
     # that quantizes o_proj but not the other MLA projections stores them; the ledger weighs
     # each mixer's bytes per weight by its projections' parameters.
     projection_weights: tuple[tuple[str, str], ...] = ()
+    # The format collectives move the hidden states in ("": the activations', as the
+    # calibration's fit assumed; ledger.build.COLLECTIVES_IN_16_BITS): a served step sets
+    # the engines' 16-bit one (serving.pricing).
+    collectives: str = ""
     _class_bytes: dict[str, float] = field(default_factory=dict, init=False, repr=False,
                                            compare=False)
     _projection_bytes: dict[str, float] = field(default_factory=dict, init=False, repr=False,
@@ -235,7 +239,7 @@ class Precision:
         if kv == CHECKPOINT:
             kv = (checkpoint.kv_cache if checkpoint is not None else None) or UNQUANTIZED
         return Precision(weights, self.activations, kv, self.kv_keep, modules, source,
-                         projection_weights=projections)
+                         projection_weights=projections, collectives=self.collectives)
 
     @property
     def _weights_format(self) -> NumberFormat:
@@ -274,6 +278,11 @@ class Precision:
     @property
     def activation_bytes(self) -> float:
         return number_format(self.activations).bytes_per_element
+
+    @property
+    def collective_bytes(self) -> float | None:
+        """Bytes per element of the collectives' format where one is set, else None."""
+        return number_format(self.collectives).bytes_per_element if self.collectives else None
 
     @property
     def kv_bytes(self) -> float:
