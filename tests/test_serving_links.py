@@ -90,7 +90,7 @@ def test_a_served_prefill_moves_its_all_reduces_at_nvlinks_measured_share() -> N
 
 def test_collectives_move_the_format_a_precision_names() -> None:
     # an fp8 step's all-reduce moves 1 byte an element in the activations' format, 2 in
-    # the 16-bit format the engines all-reduce: 32 layers x 2 x 512 x 4096 x bytes x 1/2 ... x 2
+    # the 16-bit format the engines all-reduce: _allreduce_bytes (16-bit) x element / 2
     fp8 = Precision(weights="fp8", activations="fp8")
     for precision, element in ((fp8, 1), (dataclasses.replace(fp8, collectives="bf16"), 2)):
         ledger = build_ledger(DENSE, Step.prefill(SHORT), precision, Parallelism(tp=2))

@@ -91,8 +91,9 @@ NCCL_MESSAGE_BYTES = 8 * 2**20
 def measured_link_efficiency(hardware: HardwareSpec) -> float | None:
     """The measured share of the collectives' link bandwidth (MEASURED_LINK_EFFICIENCY)
     for ``hardware``'s scale-up link, or None where no measurement covers its kind."""
-    link = hardware.interconnect or hardware.host_link
-    return MEASURED_LINK_EFFICIENCY.get(link.kind) if link is not None else None
+    if hardware.interconnect is None and hardware.host_link is None:
+        return None
+    return MEASURED_LINK_EFFICIENCY.get(link_for(hardware).kind)
 
 
 def collective_width(op: Op, ledger: Ledger) -> int:
