@@ -357,3 +357,60 @@ def test_the_moe_scale_applies_to_decode_steps_of_moe_models_only() -> None:
     assert host.step_s(10e-3, 4, moe=True) == pytest.approx(14e-3)
     assert host.step_s(10e-3, 4) == pytest.approx(10e-3)
     assert host.step_s(10e-3, 4, prefills=True, moe=True) == pytest.approx(7e-3)
+
+
+# ---------------------------------------------------------------- TensorRT-LLM batch waiting
+
+
+def _waiting(iters: int, ratio: float, requests: Requests, **server):  # noqa: ANN003, ANN202
+    preset = dataclasses.replace(engine_settings("trtllm", H100), host=HostTime(),
+                                 batch_wait_iters=iters, batch_wait_tokens_ratio=ratio)
+    return _run(preset, requests, cost=FixedStep(0.01), **server)
+
+
+def test_a_prompt_arriving_during_decodes_waits_the_batch_wait_steps() -> None:
+    # 10 ms steps; A decodes from 0.01 s. B (300 tokens) arrives at 0.055 s and is planned
+    # at the tick ending 0.06 s. Waiting 5 steps with a 461-token threshold (0.9 x 512):
+    # held at the plans of 0.06, 0.07, 0.08, 0.09 and 0.10 s (count 0 -> 5), it runs in
+    # the step 0.11-0.12 s: TTFT 0.12 - 0.055 = 0.065 s, against 0.015 s without waiting
+    requests = trace((0.0, 10, 200), (0.055, 300, 5))
+    _, waits = _waiting(5, 0.9, requests, max_batched_tokens=512)
+    _, plain = _waiting(0, 0.0, requests, max_batched_tokens=512)
+    assert waits.ttft_s == pytest.approx([0.01, 0.065])
+    assert plain.ttft_s == pytest.approx([0.01, 0.015])
+
+
+def test_enough_prompt_tokens_end_the_wait_early() -> None:
+    # two 300-token prompts at once: 600 + 1 decode token reach ceil(0.45 x 1024) = 461,
+    # so they run at the first plan (0.06 s) as if nothing waited; one alone waits 5 steps
+    two = trace((0.0, 10, 200), (0.055, 300, 5), (0.055, 300, 5))
+    _, m = _waiting(5, 0.45, two, max_batched_tokens=1024)
+    assert m.ttft_s == pytest.approx([0.01, 0.015, 0.015])
+    one = trace((0.0, 10, 200), (0.055, 300, 5))
+    _, m = _waiting(5, 0.45, one, max_batched_tokens=1024)
+    assert m.ttft_s == pytest.approx([0.01, 0.065])
+
+
+def test_nothing_waits_without_decodes_or_with_one_setting_alone() -> None:
+    # py_executor.py waits only while generation requests run, and only with both set
+    alone = trace((0.0, 300, 5), (0.2, 300, 5))
+    _, m = _waiting(5, 0.9, alone, max_batched_tokens=512)
+    assert m.ttft_s == pytest.approx([0.01, 0.01])
+    requests = trace((0.0, 10, 200), (0.055, 300, 5))
+    for iters, ratio in ((5, 0.0), (0, 0.9)):
+        _, m = _waiting(iters, ratio, requests, max_batched_tokens=512)
+        assert m.ttft_s == pytest.approx([0.01, 0.015])
+
+
+def test_simulate_batch_wait_flags_go_together_and_only_with_trtllm() -> None:
+    result = _cli("--engine", "trtllm", "--clients", "2", "--batch-wait-iters", "20",
+                  "--batch-wait-ratio", "0.9", "--detail")
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.stdout.split())
+    assert "new prompts wait for a batch" in flat and "up to 20 steps" in flat
+    assert "7,373 tokens" in flat  # 0.9 x TensorRT-LLM's max_num_tokens 8192, rounded up
+    one = _cli("--engine", "trtllm", "--clients", "2", "--batch-wait-iters", "20")
+    assert isinstance(one.exception, InputError) and "both" in str(one.exception)
+    vllm = _cli("--engine", "vllm", "--clients", "2", "--batch-wait-iters", "20",
+                "--batch-wait-ratio", "0.9")
+    assert isinstance(vllm.exception, InputError) and "trtllm" in str(vllm.exception)

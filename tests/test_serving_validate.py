@@ -227,3 +227,33 @@ def test_a_decode_pool_without_workers_is_the_fewest_that_hold_the_load() -> Non
     need = 1024 * (1024 + 1024)  # every client's prompt and answer in KV at once
     n = server.decode_pool.replicas
     assert (n - 1) * usable < need <= n * usable
+
+
+def test_inferencemax_trtllm_llama_70b_launches_as_its_script() -> None:
+    from phasewise.validate.serving import server_for
+
+    rows, _ = load_serving()
+    llama = [r for r in rows if r.engine == "trtllm" and r.model == "meta-llama/Llama-3.1-70B"
+             and r.hardware == "h200_sxm" and r.source.startswith(("db-dump/", "source_file=20"))]
+
+    def preset(isl: int, osl: int, tp: int):  # noqa: ANN202
+        row = next(r for r in llama if (r.isl, r.osl, r.pools[-1].tp) == (isl, osl, tp))
+        return server_for(row).preset
+
+    # benchmarks/70b_fp8_h200_trt_slurm.sh: --max_num_tokens 16384, an FP8 KV cache, no
+    # block reuse and graphs padded up to 1,024 on every run; batch waiting (20 iterations,
+    # 0.9 of the budget) for 1k/1k below TP 8 only
+    row = next(r for r in llama if (r.isl, r.osl, r.pools[-1].tp) == (1024, 8192, 8))
+    server = server_for(row)
+    assert server.precision.kv_cache == "fp8" and not server.preset.prefix_caching
+    assert server.preset.padded_batch(5) == 8 and server.preset.padded_batch(129) == 256
+    waits = preset(1024, 1024, 2)
+    assert (waits.batch_wait_iters, waits.batch_wait_tokens_ratio) == (20, 0.9)
+    assert waits.max_num_batched_tokens == 16384
+    for isl, osl, tp in ((1024, 1024, 8), (1024, 8192, 2), (8192, 1024, 4)):
+        other = preset(isl, osl, tp)
+        assert not other.batch_waits and other.max_num_batched_tokens == 16384
+    # the engine's own default elsewhere: off, max_num_tokens 8192
+    gap = next(r for r in rows if r.engine == "trtllm" and "gap-analysis" in r.source)
+    assert not server_for(gap).preset.batch_waits
+    assert server_for(gap).preset.max_num_batched_tokens == 8192

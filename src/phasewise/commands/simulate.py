@@ -62,6 +62,8 @@ FLAG_RANGES: dict[str, tuple[str, dict[str, Any]]] = {
     "replicas": ("--replicas", dict(kind=int, maximum=MAX_REPLICAS)),
     "max_num_seqs": ("--max-num-seqs", dict(kind=int, maximum=MAX_COUNT)),
     "max_num_batched_tokens": ("--max-num-batched-tokens", dict(kind=int, maximum=MAX_COUNT)),
+    "batch_wait_iters": ("--batch-wait-iters", dict(kind=int, maximum=MAX_COUNT)),
+    "batch_wait_ratio": ("--batch-wait-ratio", dict(above=0.0, maximum=1.0)),
     "block_size": ("--block-size", dict(kind=int, maximum=MAX_BLOCK_TOKENS)),
     "prefill_replicas": ("--prefill-replicas", dict(kind=int, maximum=MAX_REPLICAS)),
     "decode_replicas": ("--decode-replicas", dict(kind=int, maximum=MAX_REPLICAS)),
@@ -140,6 +142,15 @@ def simulate(
                                            "overlaps the device's (SGLang, TensorRT-LLM)."),
     prefix_caching: bool | None = typer.Option(None, "--prefix-caching/--no-prefix-caching",
                                                   help="Reuse cached prompt prefixes."),
+    batch_wait_iters: int | None = typer.Option(None, "--batch-wait-iters", help="TensorRT-LLM "
+                                                   "batch waiting (batch_wait_timeout_iters): "
+                                                   "while sequences decode, new prompts wait up "
+                                                   "to this many steps for a batch; with "
+                                                   "--batch-wait-ratio."),
+    batch_wait_ratio: float | None = typer.Option(None, "--batch-wait-ratio", help="TensorRT-"
+                                                     "LLM batch_wait_max_tokens_ratio: the "
+                                                     "share of the step token budget that ends "
+                                                     "the wait early; with --batch-wait-iters."),
     block_size: int = typer.Option(16, "--block-size", help="KV-cache page size in tokens."),
     load_balancer: str = typer.Option("least-outstanding", "--load-balancer",
                                       help="round-robin or least-outstanding."),
@@ -235,6 +246,8 @@ def simulate(
     par = _parallelism(one_tp(tp), pp, ep, attention_dp)
     preset = _preset(engine, hardware, par, cuda_graph_sizes, memory_fraction, host_overhead,
                      overlap, prefix_caching)
+    preset = _batch_wait(preset, batch_wait_iters, batch_wait_ratio,
+                         scheduler or (preset.scheduler if preset else "continuous"))
     server_args = dict(
         model=model, precision=Precision(weight_dtype, act_dtype, kv_dtype),
         max_seqs=max_num_seqs or (preset.max_num_seqs if preset else DEFAULT_MAX_SEQS),
@@ -384,6 +397,24 @@ def _preset(engine: str | None, hardware: str, par: Any, graph_sizes: str | None
     if prefix_caching is not None:
         changes["prefix_caching"] = prefix_caching
     return dataclasses.replace(preset, host=host, **changes)
+
+
+def _batch_wait(preset: Any, iters: int | None, ratio: float | None,  # noqa: ANN401
+                schedulers: str) -> Any:  # noqa: ANN401
+    """The preset with TensorRT-LLM's batch waiting set from the flags: both or neither,
+    since the engine waits only with both (py_executor.py _waiting_requests), and only
+    where the mixed scheduler (TensorRT-LLM's in-flight batching) runs."""
+    import dataclasses
+
+    if iters is None and ratio is None:
+        return preset
+    if iters is None or ratio is None:
+        raise InputError("give both --batch-wait-iters and --batch-wait-ratio: TensorRT-LLM "
+                         "waits for a batch only with both set (e.g. 20 and 0.9).")
+    if preset is None or "mixed" not in [n.strip() for n in schedulers.split(",")]:
+        raise InputError("--batch-wait-iters and --batch-wait-ratio are TensorRT-LLM's batch "
+                         "waiting; give --engine trtllm (its mixed scheduler).")
+    return dataclasses.replace(preset, batch_wait_iters=iters, batch_wait_tokens_ratio=ratio)
 
 
 def _pools(hardware: str, decode_hardware: str | None, par: Any, prefill_tp: int | None,

@@ -297,6 +297,7 @@ def _inputs(sim: Simulation, workload: dict) -> SimInputs:
         cuda_graph_sizes=list(server.preset.cuda_graph_sizes) if server.preset else [],
         memory_fraction=server.preset.memory_fraction if server.preset else None,
         host_overhead=_host(server.preset),
+        batch_wait=_batch_wait(limits),
         bucket_tokens=sim.bucket_tokens, speculation=_speculation(server.speculation),
         workload=workload)
 
@@ -310,6 +311,14 @@ def _host(preset) -> str | None:  # noqa: ANN001
         if h.kernel_s is not None else ""
     return (f"{h.base_s * 1e3:.3g} ms + {h.per_seq_s * 1e6:.3g} µs per sequence a step, {how}"
             + kernels + (f" ({h.source})" if h.source else ""))
+
+
+def _batch_wait(limits) -> str | None:  # noqa: ANN001
+    if not limits.batch_wait_iters:
+        return None
+    return (f"up to {limits.batch_wait_iters} steps, or until a step holds "
+            f"{limits.batch_wait_tokens:,} tokens (batch_wait_timeout_iters, "
+            "batch_wait_max_tokens_ratio)")
 
 
 def _speculation(spec) -> str | None:  # noqa: ANN001

@@ -82,6 +82,16 @@ class EngineSettings:
     # the token budget is each attention-DP rank's own (every rank schedules its own
     # requests), so a replica of D ranks computes up to D budgets a step
     budget_per_attention_rank: bool = False
+    # TensorRT-LLM's batch waiting (py_executor.py _waiting_requests): while sequences
+    # decode, new prompts are held back a step at a time until ``batch_wait_iters`` steps
+    # have passed or the step's tokens reach ``batch_wait_tokens_ratio`` of the budget;
+    # it waits only with both set, and never under attention DP (0, 0: off)
+    batch_wait_iters: int = 0
+    batch_wait_tokens_ratio: float = 0.0
+
+    @property
+    def batch_waits(self) -> bool:
+        return self.batch_wait_iters > 0 and self.batch_wait_tokens_ratio > 0
 
     def replica_budget(self, attention_dp: int) -> int:
         """Tokens one replica of ``attention_dp`` attention ranks computes a step (0: the
@@ -223,4 +233,6 @@ def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,
         memory_fraction_of_free=table.get("memory_fraction_of_free", False),
         host=host_time(doc["name"], table["overlap_scheduler"]),
         sources={k: v for k, v in table.items() if k.endswith("_source")},
-        budget_per_attention_rank=table.get("budget_per_attention_rank", False))
+        budget_per_attention_rank=table.get("budget_per_attention_rank", False),
+        batch_wait_iters=table.get("batch_wait_timeout_iters", 0),
+        batch_wait_tokens_ratio=table.get("batch_wait_max_tokens_ratio", 0.0))

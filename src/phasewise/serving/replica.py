@@ -60,10 +60,14 @@ class Seq:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """vLLM's batch limits: sequences in flight, and tokens computed in one step."""
+    """vLLM's batch limits: sequences in flight, and tokens computed in one step; and
+    TensorRT-LLM's batch waiting (``batch_wait_iters`` steps or ``batch_wait_tokens``
+    tokens, whichever comes first; 0: prompts never wait), which the mixed scheduler keeps."""
 
     max_seqs: int
     max_batched_tokens: int
+    batch_wait_iters: int = 0
+    batch_wait_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -116,6 +120,7 @@ class Replica:
         self.fast_forward = True  # run steady decode steps as one event (same results)
         self.run_plan: Plan | None = None  # the decode run in flight, if any
         self.run_ends = np.empty(0)  # its steps' end times
+        self.batch_wait_count = 0  # steps the admitted prompts have been held back
 
     STEP_FIELDS = ("start_s", "duration_s", "decodes", "prefill_tokens", "prefill_seqs",
                    "waiting", "in_system", "kv_blocks_used")

@@ -132,7 +132,13 @@ class PrefillFirstChunked:
 class MixedWhole:
     """TensorRT-LLM's in-flight batching without chunked prefill: every running sequence
     decodes, and waiting prompts join the same step whole while the token budget left
-    after the decodes holds them."""
+    after the decodes holds them.
+
+    With batch waiting (``Limits.batch_wait_iters``), as PyExecutor._waiting_requests does
+    it: while sequences decode, the prompts a step would run are held back (admitted, their
+    KV reserved) one step at a time until the held steps reach ``batch_wait_iters`` or the
+    step's tokens (the prompts plus the decodes) reach ``batch_wait_tokens``; then all of
+    them run and the count restarts. With nothing decoding nothing waits."""
 
     def plan(self, r: Replica, out: list) -> Plan | None:
         r.join_pulled()
@@ -141,12 +147,22 @@ class MixedWhole:
         if r.running:
             r.reserve_decode()
             budget -= len(r.running) * r.pricer.decode_tokens
-        chunks = _admit_prompts(r, budget, whole=True)
+        # prompts held back by batch waiting: admitted whole under an earlier step's budget,
+        # which only grows while they wait (nothing joins the decodes meanwhile)
+        held = [(seq, seq.target - seq.prefilled) for seq in r.prefilling]
+        chunks = held + _admit_prompts(r, budget - sum(t for _, t in held), whole=True)
         if not chunks and not r.running:
             if r.waiting and r.can_admit(r.waiting[0]):  # a prompt over the budget runs alone
                 chunks = _admit_prompts(r, r.tokens_to_prefill(r.waiting[0]), whole=True)
             if not chunks:
                 return None
+        if chunks and r.running and r.limits.batch_wait_iters > 0:
+            tokens = sum(t for _, t in chunks) + len(r.running) * r.pricer.decode_tokens
+            if r.batch_wait_count < r.limits.batch_wait_iters and \
+                    tokens < r.limits.batch_wait_tokens:
+                r.batch_wait_count += 1
+                return Plan(True, [])
+            r.batch_wait_count = 0
         return Plan(bool(r.running), chunks)
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -26,7 +27,7 @@ from phasewise.serving.presets import EngineSettings
 from phasewise.serving.pricing import DEFAULT_BUCKET_TOKENS, StepPricer
 from phasewise.serving.replica import Limits, Replica, Seq
 from phasewise.serving.requests import ClosedLoop, Requests
-from phasewise.serving.schedulers import DEFAULT_MAX_SEQS, scheduler
+from phasewise.serving.schedulers import DEFAULT_MAX_SEQS, MixedWhole, Scheduler, scheduler
 from phasewise.serving.speculative import Speculation, SpeculativeReplica
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 
@@ -140,6 +141,7 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
     for role, pool in pools.items():
         mine = limits if role != "prefill" or server.prefill_max_seqs is None else \
             Limits(server.prefill_max_seqs, budget)
+        mine = _batch_waiting(mine, server, pool, how)
         if mine is not limits:
             _check_limits(mine, longest, how.chunked, server.max_batched_tokens is not None)
         members, capacities[role] = _replicas(server, model, role, pool, how.policy, mine,
@@ -161,6 +163,22 @@ def simulate(server: Server, requests: Requests, *, closed_loop: ClosedLoop | No
                       sum(r.devices for r in replicas),
                       sum({id(r.pricer): r.pricer.shapes for r in replicas}.values()), events,
                       bucket_tokens, notes, warmup, frontend_s)
+
+
+def _batch_waiting(limits: Limits, server: Server, pool: Pool,
+                   how: Scheduler) -> Limits:
+    """The preset's batch waiting on a pool that runs it: TensorRT-LLM's mixed scheduler
+    without attention DP (py_executor.py _schedule skips it under attention DP); the token
+    threshold is the ratio of the engine's max_num_tokens as launched (the server's budget
+    before it is widened to the longest request)."""
+    preset = server.preset
+    if preset is None or not preset.batch_waits or how.policy is not MixedWhole or \
+            pool.parallelism.attention_dp > 1:
+        return limits
+    engine_tokens = server.max_batched_tokens or preset.max_num_batched_tokens or \
+        limits.max_batched_tokens
+    return replace(limits, batch_wait_iters=preset.batch_wait_iters,
+                   batch_wait_tokens=math.ceil(preset.batch_wait_tokens_ratio * engine_tokens))
 
 
 def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: Callable,

@@ -49,6 +49,7 @@ class SimInputs(_Frozen):
     cuda_graph_sizes: list[int] = []  # decode batches are padded to these
     memory_fraction: float | None = None
     host_overhead: str | None = None  # the engine's host time per step, and its source
+    batch_wait: str | None = None  # TensorRT-LLM's batch waiting, where it is on
     bucket_tokens: int
     speculation: str | None  # draft, γ, α and the expected tokens a round
     workload: dict[str, str | float | int | None]

@@ -56,6 +56,29 @@ _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 # for whatever desynchronises its clients.
 BENCHMARK_RANGE_RATIOS = ((re.compile(r"^db-dump/|source_file=20\d\d-\d\d-\d\d\.csv"), 0.8),)
 DEFAULT_RANGE_RATIO = 0.8
+# Engine settings a source's published launch script gives beyond the engine's defaults:
+# (source pattern, engine, model, device, the script's branch as a test of the row, the
+# settings: EngineSettings fields, and "kv_cache" for the KV format). InferenceMAX's
+# TensorRT-LLM Llama-3.1-70B FP8 script on H200 (benchmarks/70b_fp8_h200_trt_slurm.sh)
+# launches `trtllm-serve --max_num_tokens 16384` (one revision passes $MAX_MODEL_LEN
+# instead; the rest below is in every revision) with kv_cache_config dtype fp8 and
+# enable_block_reuse false, cuda_graph_config enable_padding true up to max_batch_size 1024
+# (llm_args.py CudaGraphConfig._generate_cuda_graph_batch_sizes(1024, True): 1, 2, 4, the
+# multiples of 8 to 128, then 256, 512 and 1024); for 1k/1k below TP 8 ("will improve the
+# performance") it adds batch_wait_timeout_iters 20 and batch_wait_max_tokens_ratio 0.9: a
+# new prompt waits up to 20 iterations for 14,746 prompt tokens to gather, which at these
+# loads never come (serving.schedulers MixedWhole). Its TTFT beyond the simulated one was
+# 19.5-21 decode steps on those rows, 2-5 on the script's other branches.
+TRTLLM_PADDED_GRAPHS_1024 = (1, 2, 4, *range(8, 129, 8), 256, 512, 1024)
+LAUNCH_SETTINGS = (
+    (BENCHMARK_RANGE_RATIOS[0][0], "trtllm", "meta-llama/Llama-3.1-70B", "h200_sxm",
+     lambda row: True,
+     {"max_num_batched_tokens": 16384, "kv_cache": "fp8", "prefix_caching": False,
+      "cuda_graph_sizes": TRTLLM_PADDED_GRAPHS_1024}),
+    (BENCHMARK_RANGE_RATIOS[0][0], "trtllm", "meta-llama/Llama-3.1-70B", "h200_sxm",
+     lambda row: row.isl == 1024 and row.osl == 1024 and row.pools[-1].tp < 8,
+     {"batch_wait_iters": 20, "batch_wait_tokens_ratio": 0.9}),
+)
 # Step prices shared by the rows of one model, device, format and engine timing (a
 # process's replays price each step shape once; see serving.Server.price_cache).
 _PRICES: dict[tuple, dict] = {}
@@ -254,12 +277,14 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
     model = row_model(row.model)
     row = as_engine_ran(row, is_moe=model.is_moe)
     device = row_device(row.hardware)
-    kv = row.kv_quant or next((fmt for (engine, prefix), fmt in KV_FORMATS.items()
-                               if row.engine == engine and row.model.startswith(prefix)), "")
+    launch = launch_settings(row)
+    kv = row.kv_quant or launch.pop("kv_cache", "") or next(
+        (fmt for (engine, prefix), fmt in KV_FORMATS.items()
+         if row.engine == engine and row.model.startswith(prefix)), "")
     precision = row_precision(row.gemm_quant, row.moe_quant, kv, device, model, row.engine)
     pars = [engine_layout(tp=p.tp, attention_dp=p.attention_dp, moe_tp=p.moe_tp,
                           moe_ep=p.moe_ep, is_moe=model.is_moe) for p in row.pools]
-    preset = _preset(row, device, pars[-1])
+    preset = replace(_preset(row, device, pars[-1]), **launch)
     if host is not None:
         preset = replace(preset, host=replace(host, overlap=preset.host.overlap))
     workers = [p.workers for p in row.pools]
@@ -278,6 +303,17 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
                   max_seqs=max(seqs, 1), prefill_max_seqs=prefill_seqs,
                   max_batched_tokens=preset.replica_budget(row.pools[0].attention_dp) or None,
                   preset=preset, price_cache=prices)
+
+
+def launch_settings(row: ServingRow) -> dict:
+    """The engine settings the row's source launched with beyond the engine's defaults
+    (LAUNCH_SETTINGS): EngineSettings fields, and ``kv_cache`` for the KV format."""
+    out: dict = {}
+    for pattern, engine, model, hardware, covers, settings in LAUNCH_SETTINGS:
+        if (row.engine == engine and row.model == model and row.hardware == hardware
+                and pattern.search(row.source) and covers(row)):
+            out.update(settings)
+    return out
 
 
 def decode_workers_for_load(row: ServingRow, model, device, precision, par, preset) -> int:  # noqa: ANN001
