@@ -414,3 +414,18 @@ def test_simulate_batch_wait_flags_go_together_and_only_with_trtllm() -> None:
     vllm = _cli("--engine", "vllm", "--clients", "2", "--batch-wait-iters", "20",
                 "--batch-wait-ratio", "0.9")
     assert isinstance(vllm.exception, InputError) and "trtllm" in str(vllm.exception)
+
+
+def test_batch_waiting_gives_the_same_run_fast_forwarded_as_stepped() -> None:
+    rng = np.random.default_rng(5)
+    requests = Requests(rng.integers(20, 400, 120), rng.integers(2, 200, 120),
+                        np.sort(rng.uniform(0, 2, 120)))
+    preset = dataclasses.replace(engine_settings("trtllm", H100), host=HostTime(),
+                                 batch_wait_iters=6, batch_wait_tokens_ratio=0.5)
+    runs = [_run(preset, requests, cost=FixedStep(0.004), max_seqs=16, max_batched_tokens=1024,
+                 fast_forward=ff)[1] for ff in (True, False)]
+    for name in ("ttft_s", "e2el_s"):
+        assert np.array_equal(getattr(runs[0], name), getattr(runs[1], name))
+    plain = _run(dataclasses.replace(preset, batch_wait_iters=0), requests,
+                 cost=FixedStep(0.004), max_seqs=16, max_batched_tokens=1024)[1]
+    assert runs[0].ttft_s.mean() > plain.ttft_s.mean()  # the waits are in the figures
