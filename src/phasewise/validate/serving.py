@@ -64,7 +64,9 @@ DEFAULT_RANGE_RATIO = 0.8
 # instead; the rest below is in every revision) with kv_cache_config dtype fp8 and
 # enable_block_reuse false, cuda_graph_config enable_padding true up to max_batch_size 1024
 # (llm_args.py CudaGraphConfig._generate_cuda_graph_batch_sizes(1024, True): 1, 2, 4, the
-# multiples of 8 to 128, then 256, 512 and 1024); for 1k/1k below TP 8 ("will improve the
+# multiples of 8 to 128, then the powers of two below the maximum, 256 and 512; 1024, the
+# maximum itself, is taken as captured too, which no row's batch reaches); for 1k/1k below
+# TP 8 ("will improve the
 # performance") it adds batch_wait_timeout_iters 20 and batch_wait_max_tokens_ratio 0.9: a
 # new prompt waits up to 20 iterations for 14,746 prompt tokens to gather, which at these
 # loads never come (serving.schedulers MixedWhole). Its TTFT beyond the simulated one was
