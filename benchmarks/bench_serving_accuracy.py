@@ -8,6 +8,7 @@ rows, and scores the held-out ones:
     python benchmarks/bench_serving_accuracy.py --stage replay   # host time 0: baseline
     python benchmarks/bench_serving_accuracy.py --stage fit      # fits, writes host_fit.toml
     python benchmarks/bench_serving_accuracy.py --stage score    # replays with the fits
+    python benchmarks/bench_serving_accuracy.py --stage residuals  # where TTFT is missed
 
 Folds: fit on H100 rows, judge H200 rows, and the reverse; fit on two engines, judge the
 third (its host time and scale then take the mean of the others'). The held-out figures
@@ -360,6 +361,81 @@ def score_stage(rows, args) -> None:  # noqa: ANN001
     print_report(report)
 
 
+# Concurrencies the residual table shows, and the sources a residual line names.
+RESIDUAL_CONCURRENCIES = (8, 16, 32, 64)
+
+
+def residuals_stage(table: list[dict], rows) -> None:  # noqa: ANN001
+    """What the no-host replay leaves of each aggregated run's mean TTFT, per engine
+    release and model: the simulated over the measured TTFT at C <= 8, and the TTFT beyond
+    the simulation in units of E2E/C (measured E2E = TTFT + TPOT (OSL - 1)). In a closed
+    loop of C clients served by C - k slots, k clients always wait for a completion, and a
+    completion comes every E2E/(C - k): the excess is then near k E2E/C whatever the lengths
+    and the device; a fixed per-request time shows instead as an excess that falls as 1/E2E."""
+    by_line = {r.line: r for r in rows}
+    groups: dict[tuple, list[tuple]] = {}
+    for t in _usable(table):
+        row = by_line.get(int(t["line"]))
+        if row is None or t["mode"] != "agg":
+            continue
+        ttft, tpot, sim = float(t["ttft_s"]), float(t["tpot_s"]), float(t["sim_ttft_s"])
+        conc, osl = int(t["concurrency"]), int(t["osl"])
+        e2e = ttft + tpot * (osl - 1)
+        groups.setdefault((row.engine, row.version, row.model.split("/")[-1]), []).append(
+            (conc, sim / ttft, (ttft - sim) / (e2e / conc)))
+    print("| engine | release | model | rows | sim / measured TTFT, C <= 8 | "
+          + " | ".join(f"excess / (E2E/C), C = {c}" for c in RESIDUAL_CONCURRENCIES) + " |")
+    print("|---|---|---|---:|---:|" + "---:|" * len(RESIDUAL_CONCURRENCIES))
+    for (engine, version, model), got in sorted(groups.items()):
+        if len(got) < 10:
+            continue
+        low = [r for c, r, _ in got if c <= 8]
+        cells = []
+        for want in RESIDUAL_CONCURRENCIES:
+            ex = [x for c, _, x in got if c == want]
+            cells.append(f"{np.median(ex):.2f}" if ex else "-")
+        print(f"| {engine} | {version} | {model} | {len(got)} | "
+              f"{f'{np.median(low):.2f}' if low else '-'} | " + " | ".join(cells) + " |")
+
+
+def held_slots_stage(rows, args) -> None:  # noqa: ANN001
+    """Replays every ``--every``-th aggregated row of one engine release with its batch
+    limit as given and with ``--held-slots`` fewer sequences (no host time) and prints the
+    median |error| of each: the experiment behind a claim that a run served fewer slots
+    than its clients."""
+    from dataclasses import replace
+
+    from phasewise.serving.presets import HostTime
+
+    module = sys.modules["phasewise.validate.serving"]
+    chosen = [r for r in rows if r.engine == args.engine and r.version == args.version
+              and r.mode == "agg"][::args.every]
+    plain = module.server_for
+
+    def fewer(row, host=None, efficiency=1.0):  # noqa: ANN001, ANN202
+        server = plain(row, host=host)
+        return replace(server, max_seqs=max(1, server.max_seqs - args.held_slots))
+
+    zero = HostTime(0.0, 0.0, False)
+    errors = []
+    for row in chosen:
+        base = module.replay(row, host=zero, prompts_per_client=args.prompts_per_client)
+        module.server_for = fewer
+        try:
+            held = module.replay(row, host=zero, prompts_per_client=args.prompts_per_client)
+        finally:
+            module.server_for = plain
+        errors.append((row.model.split("/")[-1], base.ttft_s / row.ttft_s - 1,
+                       held.ttft_s / row.ttft_s - 1, base.tpot_s / row.tpot_s - 1,
+                       held.tpot_s / row.tpot_s - 1))
+    for model in sorted({e[0] for e in errors}) + ["all"]:
+        e = np.abs(np.array([x[1:] for x in errors if model in ("all", x[0])]))
+        print(f"{args.engine} {args.version} {model}: {len(e)} aggregated rows, no host time; "
+              f"median |error| as given -> {args.held_slots} slot(s) fewer: TTFT "
+              f"{np.median(e[:, 0]):.1%} -> {np.median(e[:, 1]):.1%}, TPOT "
+              f"{np.median(e[:, 2]):.1%} -> {np.median(e[:, 3]):.1%}")
+
+
 def _stats(errors: list[float]) -> str:
     a = np.abs(np.asarray(errors))
     return f"{np.median(a):.1%} / {np.percentile(a, 90):.1%}" if len(a) else "-"
@@ -390,7 +466,8 @@ def print_report(report) -> None:  # noqa: ANN001
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stage", choices=("replay", "fit", "score"), required=True)
+    parser.add_argument("--stage", choices=("replay", "fit", "score", "residuals"),
+                        required=True)
     parser.add_argument("--prompts-per-client", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--limit", type=int, default=0, help="first N rows only (a smoke run)")
@@ -411,6 +488,11 @@ def main() -> int:
                              "device, fitting them made TPOT worse: the prefill scale "
                              "gave the H100 fold 21.4%% against 11.1%%, "
                              "benchmarks/README.md)")
+    parser.add_argument("--held-slots", type=int, default=0,
+                        help="residuals: also replay --engine's --version rows with this many "
+                             "fewer sequence slots than their batch limit (every --every-th)")
+    parser.add_argument("--engine", default="trtllm", help="residuals with --held-slots")
+    parser.add_argument("--version", default="1.0.0rc3", help="residuals with --held-slots")
     args = parser.parse_args()
     if not args.fit_scales:
         global SCALES, MOE_SCALES, PREFILL_SCALES
@@ -442,6 +524,10 @@ def main() -> int:
         write_table(OUT / name, rows, sims)
     elif args.stage == "fit":
         fit_stage(read_table(OUT / "replay_no_host.csv"))
+    elif args.stage == "residuals":
+        residuals_stage(read_table(OUT / "replay_no_host.csv"), rows)
+        if args.held_slots:
+            held_slots_stage(rows, args)
     else:
         score_stage(rows, args)
     print(f"{args.stage}: {len(rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
