@@ -361,7 +361,7 @@ def score_stage(rows, args) -> None:  # noqa: ANN001
     print_report(report)
 
 
-# Concurrencies the residual table shows, and the sources a residual line names.
+# The concurrencies whose TTFT excess the residual table shows.
 RESIDUAL_CONCURRENCIES = (8, 16, 32, 64)
 
 
@@ -371,7 +371,7 @@ def residuals_stage(table: list[dict], rows) -> None:  # noqa: ANN001
     the simulation in units of E2E/C (measured E2E = TTFT + TPOT (OSL - 1)). In a closed
     loop of C clients served by C - k slots, k clients always wait for a completion, and a
     completion comes every E2E/(C - k): the excess is then near k E2E/C whatever the lengths
-    and the device; a fixed per-request time shows instead as an excess that falls as 1/E2E."""
+    and the device; a fixed time per request τ shows instead as τ·C/E2E, growing with C."""
     by_line = {r.line: r for r in rows}
     groups: dict[tuple, list[tuple]] = {}
     for t in _usable(table):
