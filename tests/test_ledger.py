@@ -192,7 +192,7 @@ def test_an_operator_hashes_by_every_compared_field():
     op = Op("attn.qkv", "gemm", "all", 2, 1.0, weights=2.0, m=1.0, n=2.0, k=3.0)
     assert hash(op) == hash(replace(op))
     compared = [f for f in fields(Op) if f.compare]
-    assert len(compared) == 19
+    assert len(compared) == 20
     for f in compared:
         value = getattr(op, f.name)
         other = replace(op, **{f.name: value + ("x" if isinstance(value, str) else 1)})

@@ -100,7 +100,11 @@ def test_a_calibration_on_one_model_predicts_another_on_a_machine_that_runs_as_m
 def test_the_fit_records_what_it_was_fitted_to(calibration_profile):
     result, hardware = fit_calibration([calibration_profile])
     fit = result.profile.fit
-    assert fit["models"] == ["small-a"] and fit["rows"] == 6 + 3  # 6 points, 2 GEMMs, 1 copy
+    # 6 points, a GEMM row per format kept as a ceiling (bf16 is left out where this CPU
+    # runs it slower than fp32: micro.ceiling_formats), 1 copy
+    gemms = len(calibration_profile.ceilings.gemm_flops_per_s)
+    assert gemms in (1, 2)
+    assert fit["models"] == ["small-a"] and fit["rows"] == 6 + gemms + 1
     assert "gemm_fraction" in result.profile.values[f"device:{hardware.name}"]
 
 

@@ -26,6 +26,9 @@ class Op:
     A GEMM whose weights a file type stores in a block format of their own (MXFP4_MOE's
     routed experts) names it in ``block_format``: an engine with native kernels for it
     multiplies it as stored.
+    ``fused`` marks an operator an engine runs inside the kernel before it (TensorRT-LLM's
+    all-reduce with the residual add and RMSNorm, ``lower.fusion``): its work and bytes
+    stay, its launches go.
     """
 
     name: str
@@ -47,6 +50,7 @@ class Op:
     keys: float = 0.0
     block_format: str = ""
     message: float = 0.0  # a collective's bytes per call before it is split (0: not one)
+    fused: bool = False  # runs inside the kernel before it (an engine's fusion): no launch
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
@@ -57,7 +61,7 @@ class Op:
                 self.name, self.kind, self.layers, self.calls, self.flops, self.weights,
                 self.kv_read, self.kv_write, self.activations, self.network, self.m, self.n,
                 self.k, self.hops, self.tokens, self.expert_load, self.keys, self.block_format,
-                self.message)))
+                self.message, self.fused)))
         return self._hash  # type: ignore[return-value]
 
     @property

@@ -42,9 +42,10 @@ class Kernel:
 
     @classmethod
     def of(cls, op: Op, *, dequantized: bool = False) -> Kernel:
-        """The operator as the ledger counts it, on its kind's unit."""
+        """The operator as the ledger counts it, on its kind's unit (no launch of its own
+        when it runs fused into the kernel before it)."""
         return cls(op, _UNIT_OF_KIND[op.kind], op.flops, op.memory_bytes, op.weights,
-                   op.calls, op.hops, dequantized=dequantized)
+                   0 if op.fused else op.calls, op.hops, dequantized=dequantized)
 
     @property
     def padding(self) -> float:

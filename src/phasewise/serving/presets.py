@@ -18,6 +18,7 @@ from typing import Any
 
 from phasewise.errors import InputError, nearest_hint
 from phasewise.files import read_toml
+from phasewise.lower.fusion import AllreduceNormFusion
 from phasewise.specs import HardwareSpec
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "engines"
@@ -88,6 +89,8 @@ class EngineSettings:
     # it waits only with both set, and never under attention DP (0, 0: off)
     batch_wait_iters: int = 0
     batch_wait_tokens_ratio: float = 0.0
+    # TensorRT-LLM's all-reduce + residual + RMSNorm kernel (lower.fusion; None: none)
+    allreduce_norm_fusion: AllreduceNormFusion | None = None
 
     @property
     def batch_waits(self) -> bool:
@@ -235,4 +238,14 @@ def engine_settings(spec: str, hardware: HardwareSpec, *, tp: int = 1,
         sources={k: v for k, v in table.items() if k.endswith("_source")},
         budget_per_attention_rank=table.get("budget_per_attention_rank", False),
         batch_wait_iters=table.get("batch_wait_timeout_iters", 0),
-        batch_wait_tokens_ratio=table.get("batch_wait_max_tokens_ratio", 0.0))
+        batch_wait_tokens_ratio=table.get("batch_wait_max_tokens_ratio", 0.0),
+        allreduce_norm_fusion=_allreduce_norm_fusion(table))
+
+
+def _allreduce_norm_fusion(table: dict) -> AllreduceNormFusion | None:
+    """The release's all-reduce + RMSNorm fusion rule, where its table states one."""
+    types = table.get("allreduce_norm_fusion_model_types")
+    if not types:
+        return None
+    return AllreduceNormFusion(tuple(types), int(table["allreduce_norm_fusion_min_hidden"]),
+                               table.get("allreduce_norm_fusion_source", ""))

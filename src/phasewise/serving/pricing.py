@@ -41,6 +41,7 @@ from phasewise.cost import CostModel
 from phasewise.cost.calibrated import engine_steps
 from phasewise.ledger import SeqGroup, Step, build_ledger
 from phasewise.ledger.build import COLLECTIVE_BYTES
+from phasewise.lower.fusion import AllreduceNormFusion, fuse_allreduce_norms
 from phasewise.serving.presets import HostTime
 from phasewise.specs import HardwareSpec, ModelSpec, Parallelism, Precision
 from phasewise.specs.compute import precision_on
@@ -62,7 +63,8 @@ class StepPricer:
                  draft: tuple[ModelSpec, Parallelism, int] | None = None,
                  padded_batch: Callable[[int], int] | None = None,
                  host: HostTime | None = None, relative_buckets: bool = True,
-                 cache: dict | None = None) -> None:
+                 cache: dict | None = None,
+                 fusion: AllreduceNormFusion | None = None) -> None:
         # The checkpoint's formats ('auto'), then the matmul format this device runs them in
         # (FP4 natively on Blackwell, weight-only where the units lack it), as estimate does.
         precision = precision_on(precision.for_model(model), hardware).precision
@@ -73,6 +75,8 @@ class StepPricer:
         self.model, self.hardware, self.precision = model, hardware, precision
         self.parallelism, self.cost, self.bucket = parallelism, cost, max(1, bucket_tokens)
         self.padded_batch, self.host, self.relative = padded_batch, host, relative_buckets
+        # the engine's all-reduce + RMSNorm fusion (lower.fusion), applied to every ledger
+        self.fusion = fusion
         # Speculative decoding: (draft model, its parallelism, γ). A decode step is then a
         # round: γ draft decode steps, and one target step verifying γ+1 tokens a sequence.
         self.draft = draft
@@ -177,7 +181,8 @@ class StepPricer:
         rather than counted twice and never overlapped."""
         total = 0.0
         for part in engine_steps(self.cost, step):
-            ledger = build_ledger(model, part, self.precision, parallelism)
+            ledger = fuse_allreduce_norms(build_ledger(model, part, self.precision, parallelism),
+                                          model, parallelism, self.fusion)
             total += self.cost.step_time(ledger, self.hardware).total.time_s
             if self.host is not None and hasattr(self.cost, "step_fixed_s"):
                 total -= self.cost.step_fixed_s(ledger)

@@ -213,7 +213,8 @@ def _replicas(server: Server, model: ModelSpec, role: str, pool: Pool, policy: C
     pricer = StepPricer(model, device, server.precision, pool.parallelism, cost,
                         bucket_tokens=bucket_tokens, draft=draft, cache=shared,
                         padded_batch=preset.padded_batch if preset else None,
-                        host=preset.host if preset else None)
+                        host=preset.host if preset else None,
+                        fusion=preset.allreduce_norm_fusion if preset else None)
     capacity = kv_capacity(model, device, server.precision, pool.parallelism,
                            block_tokens=server.block_tokens,
                            max_batched_tokens=limits.max_batched_tokens,
