@@ -71,3 +71,22 @@ def test_a_served_decode_step_saves_the_launches_at_the_fitted_kernel_time() -> 
     plain = StepPricer(*args).step_s(8, 8 * 1024)
     fused = StepPricer(*args, fusion=RULE).step_s(8, 8 * 1024)
     assert plain - fused == pytest.approx(160 * KERNEL_S, rel=1e-6)
+
+
+@pytest.mark.parametrize(("engine", "tp", "fused"), [("trtllm", 4, True), ("trtllm", 1, False),
+                                                     ("vllm", 4, False)])
+def test_simulate_says_when_the_fusion_priced_its_steps(engine: str, tp: int, fused: bool,
+                                                        capsys) -> None:  # noqa: ANN001
+    import json
+
+    from phasewise.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", "-m", "llama-3.1-70b", "-H", "h200-sxm", "--tp", str(tp),
+              "--weight-dtype", "fp8", "--engine", engine, "--clients", "2", "-n", "4", "-f", "json"])
+    assert done.value.code in (0, None)
+    fusion = json.loads(capsys.readouterr().out)["inputs"]["fusion"]
+    if fused:
+        assert "160 launches" in fusion and "modeling_llama.py" in fusion
+    else:
+        assert fusion is None

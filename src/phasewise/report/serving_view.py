@@ -92,7 +92,8 @@ def _detail_rows(i: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SimInputs
             ("memory share (weights + KV)", f"{i.memory_fraction:.3f}" if i.memory_fraction
              else "device minus runtime reserve"),
             ("engine host time per step", i.host_overhead or "none")] + (
-        [("new prompts wait for a batch", i.batch_wait)] if i.batch_wait else [])
+        [("new prompts wait for a batch", i.batch_wait)] if i.batch_wait else []) + (
+        [("all-reduce fusion", i.fusion)] if i.fusion else [])
 
 
 def slo_lines(slo: Any) -> list[tuple[str, str]]:  # noqa: ANN401

@@ -297,7 +297,7 @@ def _inputs(sim: Simulation, workload: dict) -> SimInputs:
         cuda_graph_sizes=list(server.preset.cuda_graph_sizes) if server.preset else [],
         memory_fraction=server.preset.memory_fraction if server.preset else None,
         host_overhead=_host(server.preset),
-        batch_wait=_batch_wait(limits),
+        batch_wait=_batch_wait(limits), fusion=_fusion(sim),
         bucket_tokens=sim.bucket_tokens, speculation=_speculation(server.speculation),
         workload=workload)
 
@@ -311,6 +311,17 @@ def _host(preset) -> str | None:  # noqa: ANN001
         if h.kernel_s is not None else ""
     return (f"{h.base_s * 1e3:.3g} ms + {h.per_seq_s * 1e6:.3g} µs per sequence a step, {how}"
             + kernels + (f" ({h.source})" if h.source else ""))
+
+
+def _fusion(sim: Simulation) -> str | None:
+    """The all-reduce + RMSNorm fusion the steps were priced with, where it applied."""
+    for r in sim.replicas:
+        rule = r.pricer.fusion
+        if rule is not None and rule.applies(r.pricer.model, r.pricer.parallelism):
+            layers = r.pricer.model.num_layers
+            return (f"residual add + RMSNorm inside each all-reduce: {2 * layers} launches "
+                    f"a step fewer ({rule.source.split(':')[0]})")
+    return None
 
 
 def _batch_wait(limits) -> str | None:  # noqa: ANN001

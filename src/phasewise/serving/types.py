@@ -50,6 +50,7 @@ class SimInputs(_Frozen):
     memory_fraction: float | None = None
     host_overhead: str | None = None  # the engine's host time per step, and its source
     batch_wait: str | None = None  # TensorRT-LLM's batch waiting, where it is on
+    fusion: str | None = None  # the engine's all-reduce + RMSNorm fusion, where it applies
     bucket_tokens: int
     speculation: str | None  # draft, γ, α and the expected tokens a round
     workload: dict[str, str | float | int | None]
