@@ -1,6 +1,7 @@
 """The web app and the HTML report in a real browser (Playwright driving Debian's Chromium).
 
-Screenshots are kept under out/browser/ (ignored by git) for a person to look at.
+Screenshots are kept under out/browser/ (ignored by git) for a person to look at. A real
+browser is slow to start and drive, so these run in `make test-all` (CI), not `make test`.
 """
 
 import json
@@ -12,6 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
