@@ -49,6 +49,7 @@ def test_a_fused_step_launches_two_norms_a_layer_fewer(tp: int) -> None:
     plain = _ledger(LLAMA_70B, tp)
     fused = fuse_allreduce_norms(plain, LLAMA_70B, Parallelism(tp=tp), RULE)
     assert _launches(plain, cost) - _launches(fused, cost) == 2 * 80
+    assert RULE.launches_saved(LLAMA_70B) == 2 * 80
     # the norms' work and bytes still move, inside the all-reduce kernel
     assert fused.memory_bytes == pytest.approx(plain.memory_bytes)
     assert fused.flops == pytest.approx(plain.flops)

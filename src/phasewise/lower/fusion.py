@@ -47,6 +47,11 @@ class AllreduceNormFusion:
         return (parallelism.tp > 1 and model.model_type in self.model_types
                 and model.hidden_size > self.min_hidden)
 
+    def launches_saved(self, model: ModelSpec) -> int:
+        """Norm launches a step of ``model``'s uniform decoder stack saves: each layer's
+        post-attention norm, every input norm but the first layer's, and the final norm."""
+        return 2 * model.num_layers
+
 
 def _share(op: Op, calls: int, *, fused: bool) -> Op:
     """``calls`` of ``op``'s calls as an operator of their own."""

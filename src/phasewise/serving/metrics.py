@@ -318,8 +318,8 @@ def _fusion(sim: Simulation) -> str | None:
     for r in sim.replicas:
         rule = r.pricer.fusion
         if rule is not None and rule.applies(r.pricer.model, r.pricer.parallelism):
-            layers = r.pricer.model.num_layers
-            return (f"residual add + RMSNorm inside each all-reduce: {2 * layers} launches "
+            saved = rule.launches_saved(r.pricer.model)
+            return (f"residual add + RMSNorm inside each all-reduce: {saved} launches "
                     f"a step fewer ({rule.source.split(':')[0]})")
     return None
 
