@@ -81,7 +81,7 @@ LAUNCH_SETTINGS = (
      lambda row: row.isl == 1024 and row.osl == 1024 and row.pools[-1].tp < 8,
      {"batch_wait_iters": 20, "batch_wait_tokens_ratio": 0.9}),
 )
-# Step prices shared by the rows of one model, device, format and engine timing (a
+# Step prices shared by the rows of one model, device, format, engine timing and fusion (a
 # process's replays price each step shape once; see serving.Server.price_cache).
 _PRICES: dict[tuple, dict] = {}
 
@@ -294,7 +294,8 @@ def server_for(row: ServingRow, *, host=None, efficiency: float = 1.0):  # noqa:
         workers[-1] = decode_workers_for_load(row, model, device, precision, pars[-1], preset)
     pools = [SimPool(row.device, par, n) for par, n in zip(pars, workers, strict=False)]
     prices = _PRICES.setdefault((row.model, row.device, precision, preset.cost_engine,
-                                 preset.cuda_graph_sizes, preset.host), {})
+                                 preset.cuda_graph_sizes, preset.host,
+                                 preset.allreduce_norm_fusion), {})
     # the deployment's own batch limit (per replica) where the row gives one, else the
     # engine's default; a disaggregated row's prefill pool has a limit of its own
     seqs = row.pools[-1].replica_seqs or preset.max_num_seqs
